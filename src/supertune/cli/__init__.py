@@ -1,0 +1,1 @@
+"""The `supertune` command line: a table of subcommands, each a thin module."""

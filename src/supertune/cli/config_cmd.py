@@ -1,0 +1,35 @@
+"""`supertune config show [CONFIG] [overrides]` and `supertune config keys`."""
+
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = "Print the fully resolved config (defaults < CONFIG < overrides), or the reference of every key."
+
+
+def epilog() -> str:
+    return (
+        "examples:\n"
+        "  supertune config show run.yaml training.max_steps=10\n"
+        "  supertune config keys\n"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["show", "keys"], help="show: resolved config as YAML; keys: every key with its meaning")
+    p.add_argument("config", nargs="?", help="run config YAML (show)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (show)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "keys":
+        from ..config.docs import keys_reference
+
+        print(keys_reference())
+        return 0
+    from ..config import dump_config, load_run_config
+    from .train_cmd import split_config_and_overrides
+
+    config, overrides = split_config_and_overrides(args)
+    print(dump_config(load_run_config(config, overrides)), end="")
+    return 0

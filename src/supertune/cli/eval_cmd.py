@@ -1,0 +1,52 @@
+"""`supertune eval MODEL [--data FILE ...] [section.key=value ...]`"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DESCRIPTION = (
+    "Print the loss and perplexity of a saved model. A model inside a run directory is evaluated with that "
+    "run's data settings (block size, template, text field) unless overridden; without --data, on the run's "
+    "validation data (the embedded corpus's for the default run)."
+)
+
+
+def epilog() -> str:
+    return (
+        "examples:\n"
+        "  supertune eval runs/supertune-20261121-101500/model\n"
+        "  supertune eval ./my-model --data valid.jsonl data.block_size=512\n"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="saved model directory (Hugging Face format)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="data/training overrides, e.g. data.block_size=256")
+    p.add_argument("--data", nargs="+", metavar="FILE", help="evaluation files or globs (default: the run's validation data)")
+    p.add_argument("--batch-size", type=int, help="sequences per evaluation batch")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_run_config, read_yaml
+    from ..evaluation.perplexity import evaluate_saved_model
+
+    base: dict = {}
+    run_config = Path(args.model) / ".." / "config.yaml"
+    if run_config.is_file():
+        saved = read_yaml(run_config)
+        base = {"data": saved.get("data", {}), "training": {"per_device_eval_batch_size": saved.get("training", {}).get("per_device_eval_batch_size", 16)}}
+    overrides = list(args.overrides)
+    if args.data:
+        base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False)
+        overrides.append("data.train_files=[" + ",".join(_quoted(f) for f in args.data) + "]")
+    if args.batch_size is not None:
+        overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
+    cfg = load_run_config(None, overrides, base=base)
+    metrics = evaluate_saved_model(args.model, cfg)
+    print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences)")
+    return 0
+
+
+def _quoted(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"

@@ -1,0 +1,72 @@
+"""`supertune`: the table of subcommands. Importing this module must not import torch."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "COMMANDS"]
+
+# name -> (module under supertune.cli, one-line summary); modules are imported only when used.
+COMMANDS = {
+    "train": ("train_cmd", "train a model (the embedded default without a config)"),
+    "eval": ("eval_cmd", "loss and perplexity of a saved model on some data"),
+    "generate": ("generate_cmd", "continue a prompt with a saved model"),
+    "config": ("config_cmd", "show the resolved config, or every key with its meaning"),
+}
+
+EXAMPLES = """examples:
+  supertune train                                   # embedded default: tiny Llama, own corpus, CPU, ~1 minute
+  supertune train run.yaml training.max_steps=500   # a config file with an override
+  supertune train run.yaml --nproc 2                # two local processes under torchrun
+  supertune eval runs/supertune-*/model --data valid.jsonl
+  supertune generate runs/supertune-*/model --prompt "Once upon"
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="supertune",
+        description="Fine-tune and pre-train Hugging Face causal language models, from one CPU to SLURM clusters.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"supertune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, summary) in COMMANDS.items():
+        command = importlib.import_module(f"{__package__}.{module}")
+        p = sub.add_parser(
+            name,
+            help=summary,
+            description=command.DESCRIPTION,
+            epilog=command.epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_arguments(p)
+        p.set_defaults(handler=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 0
+    from ..errors import UserError
+
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"supertune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("supertune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

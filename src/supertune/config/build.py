@@ -1,0 +1,238 @@
+"""Turn plain data (merged YAML and overrides) into typed config objects, checking every type.
+
+Problems are collected, never raised one at a time: the caller gets every wrong key and value of a
+config in one `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from functools import cache
+from typing import Any, Literal, Union
+
+from .errors import ConfigError
+from .overrides import _UNPARSABLE, OverrideValue
+
+__all__ = ["build_config", "parse_key_values", "section_fields"]
+
+_MISSING = object()
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def section_fields(cls: type) -> list[str]:
+    """Field names of a config dataclass, in declaration order."""
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def build_config(cls: type, data: Any) -> Any:
+    """Build dataclass `cls` from nested dicts; raise one ConfigError listing every problem."""
+    problems: list[str] = []
+    built = _build_dataclass(cls, data, "", problems, root=cls)
+    if problems:
+        raise ConfigError(problems)
+    return built
+
+
+def _build_dataclass(cls: type, data: Any, where: str, problems: list[str], root: type) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        name = where or "the config"
+        problems.append(f"{name}: expected a mapping of keys to values, got {_show(data)}")
+        return cls()
+    hints = _hints(cls)
+    names = section_fields(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            problems.append(f"{dotted}: unknown key{_suggest(str(key), names, where, root)}")
+            continue
+        converted = _convert(hints[key], value, dotted, problems, root)
+        if converted is not _MISSING:
+            kwargs[key] = converted
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type) -> Any:
+    """Convert `value` to `hint`, or record a problem and return _MISSING (the default is kept)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if isinstance(value, OverrideValue):
+        value = _pick_override(hint, value)
+        if value is _UNPARSABLE:
+            problems.append(f"{where}: the value is not valid YAML; quote it, e.g. {where}='[a, b]'")
+            return _MISSING
+    if origin is Literal and isinstance(value, bool) and ("yes" if value else "no") in args:
+        value = "yes" if value else "no"  # YAML 1.1 reads an unquoted no/yes as a boolean
+    if dataclasses.is_dataclass(hint):
+        return _build_dataclass(hint, value, where, problems, root)
+    if origin in (Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if value is None or value == "":
+            return None
+        return _convert(non_none[0] if len(non_none) == 1 else Union[tuple(non_none)], value, where, problems, root)
+    if origin is Literal:
+        if value in args:
+            return value
+        choices = ", ".join(str(a) for a in args if a is not None)
+        hint_text = _close(str(value), [str(a) for a in args])
+        problems.append(f"{where}: {_show(value)} is not one of {choices}{hint_text}")
+        return _MISSING
+    if origin is list:
+        return _convert_list(args[0], value, where, problems, root)
+    if origin is dict:
+        return _convert_dict(value, where, problems)
+    scalar = _convert_scalar(hint, value)
+    if scalar is _MISSING:
+        quote = " (quote it: YAML reads {...} and [...] as structures)" if hint is str and isinstance(value, (dict, list)) else ""
+        problems.append(f"{where}: expected {_type_name(hint)}, got {_show(value)}{quote}")
+    return scalar
+
+
+def _pick_override(hint: Any, value: OverrideValue) -> Any:
+    """Raw text for string fields (and a choice spelled out), the YAML-parsed value for the rest."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if not value.raw.strip():
+            return None
+        if len(non_none) == 1:
+            hint, args = non_none[0], typing.get_args(non_none[0])
+    if hint is str:
+        return value.raw
+    if typing.get_origin(hint) is Literal and value.raw in args:
+        return value.raw
+    return value.parsed
+
+
+def _convert_list(item: Any, value: Any, where: str, problems: list[str], root: type) -> Any:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]  # one path or glob is the common case; a list is the general one
+    if not isinstance(value, list):
+        problems.append(f"{where}: expected a list of {_type_name(item)}, got {_show(value)}")
+        return _MISSING
+    out = []
+    for i, element in enumerate(value):
+        converted = _convert(item, element, f"{where}[{i}]", problems, root)
+        if converted is not _MISSING:
+            out.append(converted)
+    return out
+
+
+def _convert_dict(value: Any, where: str, problems: list[str]) -> Any:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            return parse_key_values(value)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+            return _MISSING
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected a mapping or \"key=value,key=value\", got {_show(value)}")
+        return _MISSING
+    return dict(value)
+
+
+def _convert_scalar(hint: Any, value: Any) -> Any:
+    if hint is bool:
+        return value if isinstance(value, bool) else _MISSING
+    if hint is int:
+        if isinstance(value, bool):
+            return _MISSING
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                return _MISSING
+            return int(number) if number.is_integer() else _MISSING
+        return _MISSING
+    if hint is float:
+        if isinstance(value, bool):
+            return _MISSING
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            # PyYAML reads "2e-3" as a string (YAML 1.1 wants "2.0e-3"): accept what people write.
+            try:
+                return float(value)
+            except ValueError:
+                return _MISSING
+        return _MISSING
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        return _MISSING
+    if hint is Any:
+        return value
+    return value if isinstance(value, hint) else _MISSING
+
+
+def parse_key_values(text: str) -> dict[str, Any]:
+    """Parse run_clm-style overrides "a=1,b=x" into {"a": 1, "b": "x"} (values read as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, raw = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{part!r} is not key=value (write e.g. \"num_hidden_layers=2,hidden_size=64\")")
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+    return out
+
+
+def _suggest(key: str, names: list[str], where: str, root: type) -> str:
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if close:
+        prefix = f"{where}." if where else ""
+        return f" (did you mean {prefix}{close[0]}?)"
+    # The key may belong to another section: training.block_size -> data.block_size.
+    for section, cls in _sections(root):
+        if section != where and key in section_fields(cls):
+            return f" (did you mean {section}.{key}?)"
+    if names:
+        return f" (known keys: {', '.join(names)})"
+    return ""
+
+
+def _sections(root: type) -> list[tuple[str, type]]:
+    out = []
+    for name, hint in _hints(root).items():
+        if dataclasses.is_dataclass(hint):
+            out.append((name, hint))
+            out += [(f"{name}.{sub}", cls) for sub, cls in _sections(hint)]
+    return out
+
+
+def _close(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _type_name(hint: Any) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,75 @@
+"""The one place where a run config is assembled: defaults < run YAML < CLI overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from ..data.formats import expand_files
+from .build import build_config
+from .errors import ConfigError
+from .overrides import deep_merge, parse_overrides
+from .schema import RunConfig
+from .validate import validate
+
+__all__ = ["load_run_config", "read_yaml", "config_to_dict", "dump_config"]
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML mapping; every failure becomes a ConfigError naming the file."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError([f"config file {str(p)!r} does not exist"])
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([f"config file {str(p)!r} is not valid YAML{at}: {problem}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"config file {str(p)!r} is not UTF-8 text"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"config file {str(p)!r}: the top level must be a mapping of sections (model:, data:, training:, ...)"])
+    return data
+
+
+def load_run_config(path: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> RunConfig:
+    """Merge defaults < base data < the YAML file < overrides, type-check, validate, and make paths absolute."""
+    data = deep_merge(base or {}, read_yaml(path) if path else {})
+    if overrides:
+        data = deep_merge(data, parse_overrides(overrides))
+    cfg = build_config(RunConfig, data)
+    validate(cfg)
+    return _resolve_paths(cfg)
+
+
+def _resolve_paths(cfg: RunConfig) -> RunConfig:
+    """Expand globs and make paths absolute, so the resolved config reruns from any directory."""
+    d = cfg.data
+    d.train_files = expand_files(d.train_files)
+    d.validation_files = expand_files(d.validation_files)
+    m = cfg.model
+    for name in ("name_or_path", "tokenizer"):
+        ref = getattr(m, name)
+        if ref and ref != "train" and os.path.exists(os.path.expanduser(ref)):
+            setattr(m, name, os.path.abspath(os.path.expanduser(ref)))
+    return cfg
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain data of a config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: Any) -> str:
+    """YAML text of a resolved config, sections in schema order."""
+    import yaml
+
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True)

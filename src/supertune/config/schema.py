@@ -1,0 +1,228 @@
+"""The run config schema: one typed dataclass per section.
+
+Every field has a default that works as-is and a docstring under it; those docstrings are what
+`supertune train --help` and `supertune config docs` print (see `supertune.config.docs`). YAML is
+only data: it is turned into these classes by `supertune.config.build`, which checks every type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ModelConfig",
+    "LoraConfig",
+    "DataConfig",
+    "TrainingConfig",
+    "GenerateConfig",
+    "OutputConfig",
+    "LaunchConfig",
+    "RunConfig",
+]
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters through peft; the base weights stay frozen."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of all weights."""
+    r: int = 8
+    """Adapter rank."""
+    alpha: int = 16
+    """Scaling numerator: the adapter output is multiplied by alpha / r."""
+    dropout: float = 0.05
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    """Module names (suffixes) that get adapters, or ["all-linear"]."""
+    merge_on_save: bool = False
+    """Merge the adapters into the base weights when saving the final model (a plain model, no peft needed to load it)."""
+
+
+@dataclass
+class ModelConfig:
+    """What model to train and how to load it."""
+
+    name_or_path: str | None = None
+    """Local model directory or hub id (used from the local HF cache only when offline). Empty: the embedded tiny Llama."""
+    from_config: bool = False
+    """Build the model from name_or_path's config with fresh random weights (pre-training) instead of loading weights."""
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+    """Model config fields to change, e.g. {num_hidden_layers: 2} or "num_hidden_layers=2,hidden_size=64"; implies fresh weights when set with from_config."""
+    tokenizer: str | None = None
+    """Tokenizer directory or hub id; "train" builds a new one from the training files (cached by content hash). Empty: the model's own, or the embedded default."""
+    tokenizer_vocab_size: int = 4096
+    """Vocabulary size when model.tokenizer is "train"."""
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Weight dtype to load and to save the final model in."""
+    low_cpu_mem_usage: bool = True
+    """Load weights straight into place without a random copy first. transformers 5 always loads this way; false is refused there."""
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
+    """Attention kernel; empty lets transformers choose."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: about 30% more compute for much less memory."""
+    trust_remote_code: bool = False
+    """Allow model code from the model directory (needed by some hub models)."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) of name_or_path."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters."""
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it becomes batches."""
+
+    train_files: list[str] = field(default_factory=list)
+    """Training files: a path, a glob or a list of them (.txt, .json, .jsonl, .csv, .parquet). Empty with no dataset_name: the embedded corpus."""
+    validation_files: list[str] = field(default_factory=list)
+    """Validation files; empty: validation_split_percentage of the training data is held out."""
+    dataset_name: str | None = None
+    """Hub dataset name, read from the local HF datasets cache when offline."""
+    dataset_config: str | None = None
+    """Hub dataset configuration name."""
+    validation_split_percentage: int = 5
+    """Percent of the training data held out for validation when no validation files are given."""
+    text_field: str = "text"
+    """Column that holds the text (json, jsonl, csv, parquet and hub datasets)."""
+    template: str | None = None
+    """Prompt template applied to every document, with {text} (or any {column}) placeholders, e.g. "Write a document: {text}"."""
+    streaming: bool = False
+    """Read the data lazily as an iterable stream (needs training.max_steps)."""
+    packing: bool = True
+    """Concatenate documents with EOS between them and cut into block_size blocks; false: pad or truncate each document to max_length."""
+    block_size: int = 128
+    """Tokens per training sequence when packing."""
+    max_length: int | None = None
+    """Tokens per sequence in padding mode (pad or truncate); empty: the longest document, capped by the model's context."""
+    add_eos: bool = True
+    """Append the EOS token to every document."""
+    shuffle_buffer: int = 10000
+    """Buffer size of the approximate shuffle in streaming mode."""
+    max_train_samples: int | None = None
+    """Use at most this many training documents (quick experiments)."""
+    max_eval_samples: int | None = None
+    """Use at most this many validation documents."""
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation and bookkeeping; names and meanings are those of transformers' TrainingArguments."""
+
+    max_steps: int = 120
+    """Optimizer steps; -1 runs num_train_epochs instead."""
+    num_train_epochs: float = 1.0
+    """Epochs, used when max_steps is -1."""
+    per_device_train_batch_size: int = 16
+    """Sequences per process per forward pass."""
+    per_device_eval_batch_size: int = 16
+    """Sequences per process in evaluation."""
+    gradient_accumulation_steps: int = 1
+    """Forward passes per optimizer step; global batch = per_device_train_batch_size x processes x this."""
+    learning_rate: float = 2e-3
+    """Peak learning rate."""
+    lr_scheduler_type: Literal[
+        "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "warmup_stable_decay"
+    ] = "cosine"
+    """Learning-rate schedule after warmup."""
+    warmup_steps: float = 10
+    """Warmup: a number of steps, or a fraction of all steps when below 1."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of AdamW."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.95
+    """AdamW beta2."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm; 0 disables clipping."""
+    optim: str = "adamw_torch"
+    """Optimizer name as transformers knows it; "adamw_torch_fused" is the fused kernel."""
+    eval_strategy: Literal["no", "steps", "epoch"] = "no"
+    """When to evaluate during training (a final evaluation always runs)."""
+    eval_steps: int | None = None
+    """Steps between evaluations with eval_strategy steps."""
+    save_strategy: Literal["no", "steps", "epoch", "best"] = "steps"
+    """When to write checkpoints."""
+    save_steps: int = 100
+    """Steps between checkpoints with save_strategy steps."""
+    save_total_limit: int | None = 2
+    """Keep at most this many checkpoints (oldest deleted first)."""
+    logging_steps: int = 10
+    """Steps between logged losses (console, metrics.jsonl, TensorBoard)."""
+    seed: int = 42
+    """Seed for model init, data order and dropout."""
+    data_seed: int | None = None
+    """Separate seed for data order; empty: seed."""
+    full_determinism: bool = False
+    """Deterministic kernels everywhere (slower)."""
+    bf16: bool = False
+    """bf16 mixed precision."""
+    fp16: bool = False
+    """fp16 mixed precision (GPU only)."""
+    torch_compile: bool = False
+    """Compile the model with torch.compile."""
+    dataloader_num_workers: int = 0
+    """Worker processes per data loader."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Metric sinks besides metrics.jsonl: "tensorboard", or [] for none."""
+    ddp_timeout: int = 1800
+    """Seconds a collective may wait before the process group gives up."""
+
+
+@dataclass
+class GenerateConfig:
+    """The sample printed at the end of a run and by `supertune generate`."""
+
+    prompt: str = "Once there was a town called"
+    """Prompt to continue; empty string: no sample."""
+    max_new_tokens: int = 48
+    """Tokens to generate."""
+    do_sample: bool = True
+    """Sample (true) or decode greedily (false)."""
+    temperature: float = 0.8
+    """Sampling temperature."""
+    top_k: int = 50
+    """Sample from the k most likely tokens."""
+    seed: int = 0
+    """Sampling seed."""
+
+
+@dataclass
+class OutputConfig:
+    """Where a run writes and what it keeps."""
+
+    name: str = "supertune"
+    """Run name: prefix of the run directory and job name."""
+    runs_root: str = "runs"
+    """Parent of run directories created as <name>-<timestamp>."""
+    save_model: bool = True
+    """Save the final model to <run dir>/model in Hugging Face format (safetensors)."""
+
+
+@dataclass
+class LaunchConfig:
+    """How many processes, and how they are started."""
+
+    nproc: int = 1
+    """Processes on this machine; above 1 the run goes through torchrun (gloo on CPU, nccl on GPU)."""
+
+
+@dataclass
+class RunConfig:
+    """A whole run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model and tokenizer."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training and validation data."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """Optimisation, evaluation, checkpoints, logging."""
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    """Generated sample."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    """Run directory."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    """Processes and launcher."""

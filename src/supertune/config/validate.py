@@ -1,0 +1,181 @@
+"""Cross-field and filesystem checks of a typed RunConfig, all collected into one ConfigError."""
+
+from __future__ import annotations
+
+import glob
+import os
+import string
+
+from ..data.formats import FORMATS, expand_files, file_format
+from .errors import ConfigError
+from .schema import GenerateConfig, RunConfig
+
+__all__ = ["validate", "validate_generate"]
+
+
+def validate(cfg: RunConfig) -> None:
+    """Raise one ConfigError listing every problem of `cfg`; return None when it is sound."""
+    problems: list[str] = []
+    _check_sizes(cfg, problems)
+    _check_model(cfg, problems)
+    _check_data(cfg, problems)
+    _check_training(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _positive(problems: list[str], field: str, value: float | None, fix: str = "", allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        problems.append(f"{field}: must be positive, got {value}{fix}")
+
+
+def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
+    d, t, g = cfg.data, cfg.training, cfg.generate
+    _positive(p, "data.block_size", d.block_size, " (tokens per packed sequence, e.g. 512)")
+    _positive(p, "data.max_length", d.max_length)
+    _positive(p, "data.shuffle_buffer", d.shuffle_buffer)
+    _positive(p, "data.max_train_samples", d.max_train_samples)
+    _positive(p, "data.max_eval_samples", d.max_eval_samples)
+    _positive(p, "training.per_device_train_batch_size", t.per_device_train_batch_size)
+    _positive(p, "training.per_device_eval_batch_size", t.per_device_eval_batch_size)
+    _positive(p, "training.gradient_accumulation_steps", t.gradient_accumulation_steps)
+    _positive(p, "training.learning_rate", t.learning_rate)
+    _positive(p, "training.logging_steps", t.logging_steps)
+    _positive(p, "training.save_steps", t.save_steps)
+    _positive(p, "training.eval_steps", t.eval_steps)
+    _positive(p, "training.save_total_limit", t.save_total_limit)
+    _positive(p, "training.num_train_epochs", t.num_train_epochs)
+    _positive(p, "training.ddp_timeout", t.ddp_timeout)
+    _positive(p, "launch.nproc", cfg.launch.nproc, " (processes on this machine)")
+    _positive(p, "model.lora.r", cfg.model.lora.r)
+    _positive(p, "model.lora.alpha", cfg.model.lora.alpha)
+    if t.max_steps == 0 or t.max_steps < -1:
+        p.append(f"training.max_steps: must be a positive number of steps or -1 (use num_train_epochs), got {t.max_steps}")
+    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "adam_epsilon", "dataloader_num_workers"):
+        if getattr(t, name) < 0:
+            p.append(f"training.{name}: must not be negative, got {getattr(t, name)}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(t, name) < 1:
+            p.append(f"training.{name}: must be in [0, 1), got {getattr(t, name)}")
+    if not 0 <= cfg.model.lora.dropout < 1:
+        p.append(f"model.lora.dropout: must be in [0, 1), got {cfg.model.lora.dropout}")
+    _check_generate(g, p)
+    if cfg.model.tokenizer_vocab_size < 300:
+        p.append(f"model.tokenizer_vocab_size: a byte-level tokenizer needs at least 300 entries, got {cfg.model.tokenizer_vocab_size}")
+    name = cfg.output.name
+    if not name or "/" in name or name in (".", "..") or any(c in name for c in "\0\n"):
+        p.append(f"output.name: {name!r} cannot name a directory; use letters, digits, '-', '_' or '.'")
+
+
+def validate_generate(g: GenerateConfig) -> None:
+    """Raise a ConfigError for bad generation settings (used by `supertune generate` alone)."""
+    problems: list[str] = []
+    _check_generate(g, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _check_generate(g: GenerateConfig, p: list[str]) -> None:
+    _positive(p, "generate.temperature", g.temperature)
+    if g.max_new_tokens < 0:
+        p.append(f"generate.max_new_tokens: must not be negative, got {g.max_new_tokens}")
+    if g.top_k < 0:
+        p.append(f"generate.top_k: must not be negative (0 disables it), got {g.top_k}")
+
+
+def _check_model(cfg: RunConfig, p: list[str]) -> None:
+    m = cfg.model
+    pretrained = m.name_or_path is not None and not m.from_config
+    if m.config_overrides and pretrained:
+        p.append(
+            "model.config_overrides: only applies to a model built from its config; set model.from_config=true "
+            "(fresh weights) or remove the overrides"
+        )
+    if m.tokenizer == "train" and pretrained:
+        p.append(
+            "model.tokenizer: 'train' makes a new vocabulary, which pretrained weights cannot use; "
+            "set model.from_config=true or name the model's tokenizer"
+        )
+    if m.tokenizer not in (None, "train") and _looks_local(m.tokenizer) and not os.path.isdir(os.path.expanduser(m.tokenizer)):
+        p.append(f"model.tokenizer: directory {m.tokenizer!r} does not exist")
+    if m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
+        p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
+    if m.lora.enabled and not m.lora.target_modules:
+        p.append("model.lora.target_modules: empty; name the modules to adapt, e.g. [q_proj, v_proj] or [all-linear]")
+    if m.dtype == "fp16" and cfg.training.bf16:
+        p.append("model.dtype: fp16 weights with training.bf16 mixed precision do not mix; pick one precision")
+
+
+def _looks_local(ref: str) -> bool:
+    """A hub id is 'name' or 'org/name'; anything with more parts, a leading dot, ~ or / is a path."""
+    return ref.startswith((".", "/", "~")) or ref.count("/") > 1 or os.path.exists(ref)
+
+
+def _check_data(cfg: RunConfig, p: list[str]) -> None:
+    d = cfg.data
+    if d.train_files and d.dataset_name:
+        p.append("data.train_files: set together with data.dataset_name; use one source of training data")
+    if d.dataset_config and not d.dataset_name:
+        p.append("data.dataset_config: set without data.dataset_name")
+    for key in ("train_files", "validation_files"):
+        patterns = getattr(d, key)
+        formats = set()
+        for pattern in patterns:
+            expanded = os.path.expanduser(pattern)
+            if glob.has_magic(expanded):
+                if not expand_files([pattern]):
+                    p.append(f"data.{key}: glob {pattern!r} matches no file")
+                    continue
+                files = expand_files([pattern])
+            elif not os.path.exists(expanded):
+                p.append(f"data.{key}: file {pattern!r} does not exist")
+                continue
+            elif os.path.isdir(expanded):
+                p.append(f"data.{key}: {pattern!r} is a directory; give files or a glob like {pattern.rstrip('/')}/*.jsonl")
+                continue
+            else:
+                files = [expanded]
+            for f in files:
+                fmt = file_format(f)
+                if fmt is None:
+                    known = ", ".join(sorted(FORMATS))
+                    p.append(f"data.{key}: cannot read {f!r}: unknown extension (known: {known})")
+                formats.add(fmt)
+        formats.discard(None)
+        if len(formats) > 1:
+            p.append(f"data.{key}: mixes formats {sorted(formats)}; use files of one format")
+    if d.validation_files and not (d.train_files or d.dataset_name):
+        p.append("data.validation_files: set without data.train_files or data.dataset_name; give the training data too")
+    if not d.validation_files and not 0 < d.validation_split_percentage < 100:
+        p.append(
+            f"data.validation_split_percentage: must be between 1 and 99 when no validation files are given, got {d.validation_split_percentage}"
+        )
+    if d.template is not None:
+        _check_template(d.template, p)
+    if d.streaming and cfg.training.max_steps < 0:
+        p.append("data.streaming: a stream has no length; set training.max_steps to a positive number of steps")
+    if d.streaming and not d.packing and d.max_length is None:
+        p.append("data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512")
+
+
+def _check_template(template: str, p: list[str]) -> None:
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        p.append(f"data.template: {exc}; write placeholders as {{text}} and literal braces as {{{{ }}}}")
+        return
+    if not fields:
+        p.append("data.template: has no placeholder; include {text} (or another {column}) where the document goes")
+    elif any(not f.isidentifier() for f in fields):
+        p.append(f"data.template: placeholders must be column names like {{text}}, got {fields}")
+
+
+def _check_training(cfg: RunConfig, p: list[str]) -> None:
+    t = cfg.training
+    if t.bf16 and t.fp16:
+        p.append("training.bf16: set together with training.fp16; choose one mixed precision")
+    for sink in t.report_to:
+        if sink not in ("tensorboard", "none"):
+            p.append(f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)")

@@ -1,0 +1,159 @@
+"""Torch datasets of training sequences: packed blocks or padded documents, in memory or streamed.
+
+Packing concatenates documents (EOS between them) into one int32 array and serves fixed blocks as
+views of it: no per-block Python lists and no arrow cache writes, which is what makes the first
+step come quickly. Padding keeps one array per document and pads in the collator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config.schema import DataConfig
+from ..errors import UserError
+from .documents import encode_texts, iter_row_batches, render_texts
+
+__all__ = [
+    "PackedBlocks",
+    "PaddedDocuments",
+    "PackedStream",
+    "PaddedStream",
+    "PadCollator",
+    "TokenizedSplit",
+    "tokenize_split",
+]
+
+IGNORE_INDEX = -100  # label value the loss skips
+
+
+@dataclass
+class TokenizedSplit:
+    """All documents of a split as token arrays (EOS appended when configured)."""
+
+    docs: list[np.ndarray]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(len(x) for x in self.docs))
+
+    def concatenated(self) -> np.ndarray:
+        return np.concatenate(self.docs) if self.docs else np.zeros(0, dtype=np.int32)
+
+
+def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any) -> TokenizedSplit:
+    """Render and tokenize a map-style split in batches."""
+    docs: list[np.ndarray] = []
+    for rows in iter_row_batches(dataset):
+        docs += encode_texts(render_texts(rows, d), tokenizer, d.add_eos)
+    return TokenizedSplit([x for x in docs if len(x)])
+
+
+class PackedBlocks(torch.utils.data.Dataset):
+    """Fixed-length blocks cut from the concatenated token stream; the remainder is dropped."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int) -> None:
+        self.tokens = tokens
+        self.block_size = block_size
+
+    def __len__(self) -> int:
+        return len(self.tokens) // self.block_size
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        start = i * self.block_size
+        ids = torch.from_numpy(self.tokens[start : start + self.block_size].astype(np.int64))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+class PaddedDocuments(torch.utils.data.Dataset):
+    """One sequence per document, truncated to max_length; PadCollator pads it."""
+
+    def __init__(self, docs: list[np.ndarray], max_length: int) -> None:
+        self.docs = docs
+        self.max_length = max_length
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        ids = torch.from_numpy(self.docs[i][: self.max_length].astype(np.int64))
+        return {"input_ids": ids}
+
+
+class PadCollator:
+    """Pads every sequence of a batch to max_length (the tutorial recipe); pads are masked out of the loss."""
+
+    def __init__(self, pad_token_id: int, max_length: int) -> None:
+        self.pad_token_id = pad_token_id
+        self.max_length = max_length
+
+    def __call__(self, features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        n = len(features)
+        input_ids = torch.full((n, self.max_length), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((n, self.max_length), dtype=torch.long)
+        for row, f in enumerate(features):
+            ids = f["input_ids"][: self.max_length]
+            input_ids[row, : len(ids)] = ids
+            attention[row, : len(ids)] = 1
+        labels = input_ids.masked_fill(attention == 0, IGNORE_INDEX)
+        return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Shared part of the streamed datasets: shuffled rows, rendered and tokenized in batches."""
+
+    def __init__(self, rows: Any, d: DataConfig, tokenizer: Any, seed: int, shuffle: bool) -> None:
+        self.rows = rows
+        self.d = d
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _documents(self):
+        rows = self.rows
+        if self.shuffle:
+            rows = rows.shuffle(seed=self.seed, buffer_size=self.d.shuffle_buffer)
+            rows.set_epoch(self.epoch)
+        for batch in iter_row_batches(rows, batch_docs=256):
+            yield from encode_texts(render_texts(batch, self.d), self.tokenizer, self.d.add_eos)
+
+
+class PackedStream(_Stream):
+    """Packed blocks from a stream of documents."""
+
+    def __iter__(self):
+        size = self.d.block_size
+        buffer = np.zeros(0, dtype=np.int32)
+        produced = 0
+        for doc in self._documents():
+            buffer = np.concatenate([buffer, doc])
+            while len(buffer) >= size:
+                ids = torch.from_numpy(buffer[:size].astype(np.int64))
+                buffer = buffer[size:]
+                produced += 1
+                yield {"input_ids": ids, "labels": ids.clone()}
+        if not produced:
+            # Trainer would otherwise restart the empty stream forever.
+            raise UserError(f"data: the stream holds less than one block of {size} tokens; lower data.block_size or add data")
+
+
+class PaddedStream(_Stream):
+    """One truncated sequence per streamed document."""
+
+    def __iter__(self):
+        produced = 0
+        for doc in self._documents():
+            if len(doc):
+                produced += 1
+                yield {"input_ids": torch.from_numpy(doc[: self.d.max_length].astype(np.int64))}
+        if not produced:
+            raise UserError("data: the stream holds no documents; check data.train_files and data.text_field")

@@ -1,0 +1,110 @@
+"""The data section of a run config, turned into the train and eval datasets the Trainer consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.schema import DataConfig
+from ..errors import UserError
+from .batches import (
+    PackedBlocks,
+    PackedStream,
+    PadCollator,
+    PaddedDocuments,
+    PaddedStream,
+    TokenizedSplit,
+    tokenize_split,
+)
+from .sources import RawSplits, load_raw_splits, load_validation_rows
+
+__all__ = ["TrainingData", "build_training_data", "build_eval_dataset"]
+
+
+@dataclass
+class TrainingData:
+    """Datasets, collator and the numbers a run reports about its data."""
+
+    train: Any
+    validation: Any
+    collator: Any | None
+    max_length: int | None
+    train_tokens_available: int | None
+    """Tokens in the training split (None when streaming)."""
+    unigram_perplexity: float | None
+    """Perplexity of a unigram model of the training tokens on the validation tokens (None when streaming)."""
+
+
+def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length: int) -> TrainingData:
+    """Load, render, tokenize and batch the configured data."""
+    raw = load_raw_splits(d, seed)
+    if d.streaming:
+        return _streamed(raw, d, tokenizer, seed)
+    train = tokenize_split(raw.train, d, tokenizer)
+    validation = tokenize_split(raw.validation, d, tokenizer)
+    if not train.docs:
+        raise UserError(f"data: no training text found in column {d.text_field!r}; check data.text_field and the files")
+    if not validation.docs:
+        raise UserError("data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage")
+    baseline = _unigram(train, validation, len(tokenizer))
+    if d.packing:
+        return TrainingData(
+            train=_packed(train, d, "training"),
+            validation=_packed(validation, d, "validation"),
+            collator=None,
+            max_length=None,
+            train_tokens_available=train.num_tokens,
+            unigram_perplexity=baseline,
+        )
+    max_length = d.max_length or min(max(len(x) for x in train.docs), context_length)
+    return TrainingData(
+        train=PaddedDocuments(train.docs, max_length),
+        validation=PaddedDocuments(validation.docs, max_length),
+        collator=PadCollator(tokenizer.pad_token_id, max_length),
+        max_length=max_length,
+        train_tokens_available=train.num_tokens,
+        unigram_perplexity=baseline,
+    )
+
+
+def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tuple[Any, Any]:
+    """The validation files alone, batched as in training: (dataset, collator)."""
+    split = tokenize_split(load_validation_rows(d), d, tokenizer)
+    if not split.docs:
+        raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
+    if d.packing:
+        return _packed(split, d, "evaluation"), None
+    max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
+    return PaddedDocuments(split.docs, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+
+
+def _packed(split: TokenizedSplit, d: DataConfig, name: str) -> PackedBlocks:
+    blocks = PackedBlocks(split.concatenated(), d.block_size)
+    if len(blocks) == 0:
+        raise UserError(
+            f"data.block_size: the {name} split has {split.num_tokens} tokens, fewer than one block of {d.block_size}; "
+            "lower data.block_size or add data"
+        )
+    return blocks
+
+
+def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int) -> float:
+    from ..defaults import unigram_perplexity
+
+    return unigram_perplexity(train.docs, validation.docs, vocab_size)
+
+
+def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> TrainingData:
+    if d.packing:
+        train, validation, collator = (
+            PackedStream(raw.train, d, tokenizer, seed, shuffle=True),
+            PackedStream(raw.validation, d, tokenizer, seed, shuffle=False),
+            None,
+        )
+    else:
+        train, validation = (
+            PaddedStream(raw.train, d, tokenizer, seed, shuffle=True),
+            PaddedStream(raw.validation, d, tokenizer, seed, shuffle=False),
+        )
+        collator = PadCollator(tokenizer.pad_token_id, d.max_length)
+    return TrainingData(train, validation, collator, d.max_length, None, None)

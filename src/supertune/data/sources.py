@@ -1,0 +1,143 @@
+"""Raw documents from local files, a cached hub dataset, or the embedded corpus, split for validation."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.schema import DataConfig
+from ..errors import UserError
+from .formats import file_format
+
+__all__ = ["RawSplits", "load_raw_splits", "load_validation_rows", "training_files"]
+
+# Documents held out from a stream for validation when no validation files are given: a stream has
+# no length, so a percentage cannot be taken.
+STREAM_VALIDATION_DOCS = 200
+
+
+@dataclass
+class RawSplits:
+    """Train and validation documents as `datasets` objects (map-style, or iterable when streaming)."""
+
+    train: Any
+    validation: Any
+    columns: list[str]
+
+
+def training_files(d: DataConfig) -> list[str]:
+    """The training files, with the embedded corpus standing in when none are configured."""
+    if d.train_files:
+        return list(d.train_files)
+    if d.dataset_name:
+        return []
+    from ..defaults import default_corpus
+
+    return [str(default_corpus().train)]
+
+
+def _validation_files(d: DataConfig) -> list[str]:
+    if d.validation_files or d.train_files or d.dataset_name:
+        return list(d.validation_files)
+    from ..defaults import default_corpus
+
+    return [str(default_corpus().validation)]
+
+
+def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
+    """Load the configured documents; hold out validation_split_percentage when there are no validation files."""
+    if d.dataset_name:
+        loaded = _load_hub(d)
+    else:
+        train = training_files(d)
+        files: dict[str, list[str]] = {"train": train}
+        validation = _validation_files(d)
+        if validation:
+            files["validation"] = validation
+        loaded = _load_files(files, d.streaming)
+    train = loaded["train"]
+    validation = loaded["validation"] if "validation" in loaded else None
+    columns = list(train.column_names or [])
+    if validation is None:
+        train, validation = _hold_out(train, d, seed)
+    if d.max_train_samples:
+        train = train.take(d.max_train_samples) if d.streaming else train.select(range(min(d.max_train_samples, len(train))))
+    if d.max_eval_samples:
+        validation = (
+            validation.take(d.max_eval_samples) if d.streaming else validation.select(range(min(d.max_eval_samples, len(validation))))
+        )
+    _check_columns(d, columns)
+    return RawSplits(train, validation, columns)
+
+
+def load_validation_rows(d: DataConfig) -> Any:
+    """The validation files alone (the embedded corpus's validation split when none are set)."""
+    files = _validation_files(d) or training_files(d)
+    if not files:
+        raise UserError("data.validation_files: no files to evaluate on; pass --data FILE (or data.validation_files=...)")
+    rows = _load_files({"validation": files}, streaming=False)["validation"]
+    if d.max_eval_samples:
+        rows = rows.select(range(min(d.max_eval_samples, len(rows))))
+    _check_columns(d, list(rows.column_names))
+    return rows
+
+
+def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:
+    import datasets
+
+    datasets.disable_progress_bars()  # the run's own progress bar is the training one
+    builder = file_format(next(iter(files.values()))[0])
+    kwargs = {"sample_by": "line"} if builder == "text" else {}
+    try:
+        return datasets.load_dataset(builder, data_files=files, streaming=streaming, **kwargs)
+    except Exception as exc:  # datasets raises many types for unreadable files; all mean the same to the user
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"data: cannot read {builder} files {files}: {first}") from None
+
+
+def _load_hub(d: DataConfig) -> Any:
+    import datasets
+    from huggingface_hub import constants
+
+    from ..modeling.hub import reachable
+
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    if not offline and not reachable(constants.ENDPOINT):
+        raise UserError(
+            f"data.dataset_name: the hub ({constants.ENDPOINT}) cannot be reached to read {d.dataset_name!r}; "
+            "set HF_DATASETS_OFFLINE=1 to use the local datasets cache, or give data.train_files"
+        )
+    try:
+        return datasets.load_dataset(d.dataset_name, d.dataset_config, streaming=d.streaming)
+    except (FileNotFoundError, ConnectionError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(
+            f"data.dataset_name: cannot load {d.dataset_name!r}"
+            f"{' (' + d.dataset_config + ')' if d.dataset_config else ''} from the local cache: {first}"
+        ) from None
+
+
+def _hold_out(train: Any, d: DataConfig, seed: int) -> tuple[Any, Any]:
+    if d.streaming:
+        return train.skip(STREAM_VALIDATION_DOCS), train.take(STREAM_VALIDATION_DOCS)
+    if len(train) < 2:
+        raise UserError("data.train_files: fewer than 2 documents; add data or give data.validation_files")
+    split = train.train_test_split(test_size=d.validation_split_percentage / 100, seed=seed, shuffle=True)
+    return split["train"], split["test"]
+
+
+def _check_columns(d: DataConfig, columns: list[str]) -> None:
+    if not columns:  # some streamed datasets only know their columns once read
+        return
+    needed = _template_fields(d.template) if d.template else [d.text_field]
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        field = "data.template" if d.template else "data.text_field"
+        raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)})")
+
+
+def _template_fields(template: str) -> list[str]:
+    import string
+
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]

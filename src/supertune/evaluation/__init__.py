@@ -1,0 +1,1 @@
+"""Evaluation (loss, perplexity) and generation from trained models."""

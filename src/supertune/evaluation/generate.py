@@ -1,0 +1,37 @@
+"""Text from a trained model: the sample at the end of a run and `supertune generate`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.schema import GenerateConfig
+
+__all__ = ["generate_text"]
+
+
+def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | None = None) -> str:
+    """Prompt plus continuation, decoded; sampling is seeded so the same call gives the same text."""
+    import torch
+
+    text = g.prompt if prompt is None else prompt
+    device = next(model.parameters()).device
+    inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
+    if inputs["input_ids"].shape[1] == 0:  # an empty prompt starts from BOS (or EOS) instead
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        inputs = {"input_ids": torch.tensor([[start]], device=device), "attention_mask": torch.ones(1, 1, dtype=torch.long, device=device)}
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(g.seed)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            kwargs: dict[str, Any] = {"max_new_tokens": g.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+            if g.do_sample:
+                kwargs.update(do_sample=True, temperature=g.temperature, top_k=g.top_k or None)
+            else:
+                kwargs.update(do_sample=False)
+            out = model.generate(**inputs, **kwargs)
+    finally:
+        torch.random.set_rng_state(generator_state)
+        model.train(was_training)
+    return tokenizer.decode(out[0], skip_special_tokens=True)

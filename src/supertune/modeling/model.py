@@ -1,0 +1,104 @@
+"""Build the model a run trains: pretrained weights, a config with fresh weights, or the embedded tiny Llama."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.schema import ModelConfig
+from ..errors import UserError
+from .hub import resolve_reference
+from .lora import add_lora
+
+__all__ = ["build_model", "torch_dtype", "context_length"]
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def build_model(m: ModelConfig, tokenizer: Any) -> Any:
+    """The model, sized to the tokenizer, with gradient checkpointing and LoRA applied as configured."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not m.low_cpu_mem_usage and int(transformers.__version__.split(".")[0]) >= 5:
+        raise UserError("model.low_cpu_mem_usage: transformers 5 always loads weights in place; set it to true")
+    dtype = torch_dtype(m.dtype)
+    common: dict[str, Any] = {"dtype": dtype}
+    if m.attn_implementation:
+        common["attn_implementation"] = m.attn_implementation
+    if m.name_or_path is None:
+        config = _default_config(tokenizer, m.config_overrides)
+        model = AutoModelForCausalLM.from_config(config, **common)
+    else:
+        r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
+        hub = {"local_files_only": r.local_files_only, "revision": m.revision, "trust_remote_code": m.trust_remote_code}
+        try:
+            if m.from_config:
+                config = AutoConfig.from_pretrained(r.ref, **hub)
+                _apply_overrides(config, m.config_overrides)
+                model = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code, **common)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(r.ref, **hub, **common)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"model.name_or_path: cannot load {r.ref!r}: {str(exc).splitlines()[0]}") from None
+    _fit_vocabulary(model, tokenizer)
+    if m.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False  # the cache is useless in training and conflicts with recomputation
+    if m.lora.enabled:
+        if m.gradient_checkpointing:
+            model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
+        model = add_lora(model, m.lora)
+    return model
+
+
+def context_length(model: Any) -> int:
+    """Longest sequence the model's positions allow (2048 when the config does not say)."""
+    config = getattr(model, "config", None)
+    return int(getattr(config, "max_position_embeddings", None) or 2048)
+
+
+def _default_config(tokenizer: Any, overrides: dict[str, Any]) -> Any:
+    from transformers import LlamaConfig
+
+    from ..defaults import default_model_config
+
+    kwargs = default_model_config(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config = LlamaConfig(**kwargs)
+    _apply_overrides(config, overrides)
+    return config
+
+
+def _apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
+    known = set(config.to_dict())
+    unknown = [k for k in overrides if k not in known]
+    if unknown:
+        import difflib
+
+        hints = [difflib.get_close_matches(k, known, n=1) for k in unknown]
+        said = ", ".join(f"{k!r}" + (f" (did you mean {h[0]}?)" if h else "") for k, h in zip(unknown, hints))
+        raise UserError(f"model.config_overrides: {said} not a field of {type(config).__name__}")
+    for key, value in overrides.items():
+        setattr(config, key, value)
+
+
+def _fit_vocabulary(model: Any, tokenizer: Any) -> None:
+    """Grow the embeddings when the tokenizer knows more tokens than the model (added special tokens)."""
+    size = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > size:
+        model.resize_token_embeddings(len(tokenizer))
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        value = getattr(tokenizer, name)
+        if getattr(model.config, name, None) is None and value is not None:
+            setattr(model.config, name, value)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and generation.pad_token_id is None:
+        generation.pad_token_id = tokenizer.pad_token_id

@@ -1,0 +1,71 @@
+"""Which tokenizer a run uses: a named one, a new one trained on the data, or the embedded default."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from ..config.schema import RunConfig
+from ..errors import UserError
+from .hub import resolve_reference
+
+__all__ = ["load_tokenizer", "tokenizer_source"]
+
+
+def tokenizer_source(cfg: RunConfig) -> tuple[str, bool]:
+    """(reference, local_files_only) of the tokenizer this config asks for, building it if needed."""
+    m = cfg.model
+    if m.tokenizer == "train":
+        return str(_trained_on_data(cfg)), True
+    if m.tokenizer:
+        r = resolve_reference(m.tokenizer, "model.tokenizer", "tokenizer_config.json", m.revision)
+        return r.ref, r.local_files_only
+    if m.name_or_path:
+        r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
+        return r.ref, r.local_files_only
+    from ..defaults import default_tokenizer
+
+    return str(default_tokenizer()), True
+
+
+def load_tokenizer(cfg: RunConfig) -> Any:
+    """The fast tokenizer of the run, with a pad token (EOS stands in when the tokenizer has none)."""
+    from transformers import AutoTokenizer
+
+    ref, local_only = tokenizer_source(cfg)
+    try:
+        tok = AutoTokenizer.from_pretrained(
+            ref, local_files_only=local_only, trust_remote_code=cfg.model.trust_remote_code, revision=cfg.model.revision
+        )
+    except (OSError, ValueError) as exc:
+        field = "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        raise UserError(f"{field}: cannot load a tokenizer from {ref!r}: {str(exc).splitlines()[0]}") from None
+    if not getattr(tok, "is_fast", False):
+        raise UserError(f"model.tokenizer: {ref!r} has no fast (Rust) tokenizer; supertune needs tokenizer.json")
+    if tok.eos_token_id is None:
+        raise UserError(f"model.tokenizer: {ref!r} has no EOS token, which packing puts between documents")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _trained_on_data(cfg: RunConfig) -> Path:
+    """A byte-level BPE trained on the configured training documents, cached by their content hash."""
+    from ..data.documents import iter_texts
+    from ..data.sources import load_raw_splits, training_files
+    from ..defaults import cached_tokenizer
+
+    d = cfg.data
+    digest = hashlib.sha256()
+    digest.update(f"{d.text_field}|{d.template}|{d.dataset_name}|{d.dataset_config}".encode())
+    for path in training_files(d):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    key = "data-" + digest.hexdigest()[:16]
+
+    def texts():
+        return iter_texts(load_raw_splits(d, cfg.training.seed).train, d)
+
+    return cached_tokenizer(key, texts, cfg.model.tokenizer_vocab_size)

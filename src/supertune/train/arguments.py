@@ -1,0 +1,66 @@
+"""TrainingArguments from the training section: same names, plus what the run directory decides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config.schema import RunConfig
+
+__all__ = ["training_arguments", "PASSED_THROUGH"]
+
+# Fields of TrainingConfig handed to TrainingArguments unchanged (the names are the Trainer's).
+PASSED_THROUGH = (
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "optim",
+    "eval_strategy",
+    "eval_steps",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "logging_steps",
+    "seed",
+    "full_determinism",
+    "bf16",
+    "fp16",
+    "torch_compile",
+    "dataloader_num_workers",
+    "ddp_timeout",
+)
+
+
+def training_arguments(cfg: RunConfig, run_dir: Path) -> Any:
+    """The TrainingArguments of a run; checkpoints go to <run dir>/checkpoints."""
+    import torch
+    from transformers import TrainingArguments
+
+    t = cfg.training
+    kwargs: dict[str, Any] = {name: getattr(t, name) for name in PASSED_THROUGH}
+    if t.data_seed is not None:
+        kwargs["data_seed"] = t.data_seed
+    if t.warmup_steps < 1:
+        kwargs["warmup_steps"] = float(t.warmup_steps)  # a fraction of all steps
+    else:
+        kwargs["warmup_steps"] = int(t.warmup_steps)
+    return TrainingArguments(
+        output_dir=str(run_dir / "checkpoints"),
+        report_to=[],  # TensorBoard is attached by supertune with its own log dir (see callbacks)
+        include_num_input_tokens_seen="non_padding",
+        logging_first_step=True,
+        remove_unused_columns=False,
+        disable_tqdm=False,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning is meaningless (and warns) without a GPU
+        **kwargs,
+    )

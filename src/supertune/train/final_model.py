@@ -1,0 +1,47 @@
+"""Saving the trained model in plain Hugging Face format (safetensors), LoRA merged or as adapters."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from ..config.schema import RunConfig
+from ..launch.environment import LaunchEnvironment
+from ..modeling.model import torch_dtype
+from ..rundir import RunDir
+
+__all__ = ["save_final_model"]
+
+
+def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> None:
+    """Write <run dir>/model so that AutoModelForCausalLM.from_pretrained loads it with no supertune import."""
+    lora = cfg.model.lora
+    if lora.enabled and lora.merge_on_save:
+        if env.is_main:
+            merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+            merged.to(torch_dtype(cfg.model.dtype)).save_pretrained(run.model)
+            tokenizer.save_pretrained(run.model)
+        trainer.accelerator.wait_for_everyone()
+        return
+    # save_model knows how to gather sharded weights; every rank must call it.
+    trainer.save_model(str(run.model))
+    if lora.enabled and env.is_main and (cfg.model.name_or_path is None or cfg.model.from_config):
+        _save_fresh_base(trainer, run)
+    trainer.accelerator.wait_for_everyone()
+
+
+def _save_fresh_base(trainer: Any, run: RunDir) -> None:
+    """Adapters on freshly initialised weights need those weights too: save them beside the adapters.
+
+    Costs one copy of the base model in memory for the moment of the save; only fresh-weight LoRA
+    runs (an unusual choice) pay it.
+    """
+    peft_model = trainer.accelerator.unwrap_model(trainer.model)
+    base = copy.deepcopy(peft_model).unload()
+    base_dir = run.path / "base_model"
+    base.save_pretrained(base_dir)
+    config_path = run.model / "adapter_config.json"
+    adapter = json.loads(config_path.read_text())
+    adapter["base_model_name_or_path"] = str(base_dir)
+    config_path.write_text(json.dumps(adapter, indent=2) + "\n")

@@ -1,0 +1,40 @@
+"""The transformers Trainer of a run, with supertune's callbacks and collators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.schema import RunConfig
+from ..data.pipeline import TrainingData
+from ..launch.environment import LaunchEnvironment
+from ..rundir import RunDir
+from .arguments import training_arguments
+from .callbacks import MetricsFile, tensorboard_callback
+
+__all__ = ["build_trainer", "tokens_per_step"]
+
+
+def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
+    """Tokens in one optimizer step when every sequence is full (packing); None for padded batches."""
+    if not cfg.data.packing:
+        return None
+    t = cfg.training
+    return t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size * cfg.data.block_size
+
+
+def build_trainer(cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment) -> Any:
+    from transformers import Trainer, default_data_collator
+
+    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size))]
+    # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
+    if env.is_main and "tensorboard" in cfg.training.report_to:
+        callbacks.append(tensorboard_callback(run.tensorboard))
+    return Trainer(
+        model=model,
+        args=training_arguments(cfg, run.path),
+        train_dataset=data.train,
+        eval_dataset=data.validation,
+        data_collator=data.collator or default_data_collator,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )

@@ -1,0 +1,24 @@
+"""Test-wide setup: offline, isolated caches shared by the test process and every process it starts."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(tempfile.mkdtemp(prefix="supertune-tests-"))
+os.environ["SUPERTUNE_CACHE"] = str(_ROOT / "cache")
+os.environ["HF_HOME"] = str(_ROOT / "hf")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO

@@ -1,0 +1,157 @@
+"""The data pipeline on real files: every format, templates, validation split, packing and padding."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from supertune.config import load_run_config
+from supertune.data.batches import IGNORE_INDEX, PadCollator
+from supertune.data.documents import render_texts
+from supertune.data.pipeline import build_training_data
+from supertune.data.sources import load_raw_splits
+from supertune.errors import UserError
+
+DOCS = [f"Document number {i} talks about the river and the town of Alder." * (1 + i % 4) for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from supertune.defaults import default_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(default_tokenizer())
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
+    return tok
+
+
+def _write(tmp_path, fmt):
+    if fmt == "txt":
+        path = tmp_path / "train.txt"
+        path.write_text("\n".join(DOCS) + "\n")
+    elif fmt == "jsonl":
+        path = tmp_path / "train.jsonl"
+        path.write_text("".join(json.dumps({"text": d, "id": i}) + "\n" for i, d in enumerate(DOCS)))
+    elif fmt == "json":
+        path = tmp_path / "train.json"
+        path.write_text(json.dumps([{"text": d} for d in DOCS]))
+    elif fmt == "csv":
+        import csv
+
+        path = tmp_path / "train.csv"
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text"])
+            w.writerows([[d] for d in DOCS])
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "train.parquet"
+        pq.write_table(pa.table({"text": DOCS}), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["txt", "jsonl", "json", "csv", "parquet"])
+def test_every_file_format_loads_and_splits(tmp_path, fmt):
+    path = _write(tmp_path, fmt)
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.validation_split_percentage=10"])
+    raw = load_raw_splits(cfg.data, seed=1)
+    assert len(raw.train) + len(raw.validation) == len(DOCS)
+    assert len(raw.validation) == 6
+    texts = set(raw.train["text"]) | set(raw.validation["text"])
+    assert texts == set(DOCS)
+
+
+def test_glob_and_list_of_files(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "alpha"}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "beta"}) + "\n")
+    cfg = load_run_config(None, [f"data.train_files={tmp_path}/*.jsonl", f"data.validation_files=[{tmp_path}/a.jsonl]"])
+    assert cfg.data.train_files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    raw = load_raw_splits(cfg.data, seed=0)
+    assert sorted(raw.train["text"]) == ["alpha", "beta"]
+    assert raw.validation["text"] == ["alpha"]
+
+
+def test_template_uses_columns():
+    cfg = load_run_config(None, ["data.template=Write a document about {topic}: {text}"])
+    rows = {"text": ["Rivers flow.", "", None], "topic": ["water", "", None]}
+    assert render_texts(rows, cfg.data) == ["Write a document about water: Rivers flow."]
+
+
+def test_template_naming_a_missing_column_is_refused(tmp_path):
+    path = _write(tmp_path, "jsonl")
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.template=Q: {question}"])
+    with pytest.raises(UserError, match=r"data.template: column 'question' is not in the data \(columns: text, id\)"):
+        load_raw_splits(cfg.data, seed=0)
+
+
+def test_packing_yields_full_blocks_without_pad_tokens(tokenizer):
+    cfg = load_run_config(None, ["data.block_size=64"])
+    data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
+    assert len(data.train) > 100
+    eos_seen = 0
+    for i in range(len(data.train)):
+        item = data.train[i]
+        ids = item["input_ids"]
+        assert ids.shape == (64,)
+        assert not (ids == tokenizer.pad_token_id).any()
+        assert (item["labels"] == ids).all()
+        eos_seen += int((ids == tokenizer.eos_token_id).sum())
+    assert eos_seen > 0  # documents are separated by EOS
+    # The blocks are exactly the concatenated stream, in order.
+    stream = np.concatenate([data.train[i]["input_ids"].numpy() for i in range(3)])
+    assert (stream[:64] == data.train.tokens[:64]).all()
+
+
+def test_padding_mode_pads_to_max_length_and_masks_the_loss(tokenizer, tmp_path):
+    path = _write(tmp_path, "jsonl")
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.packing=false", "data.max_length=32"])
+    data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
+    batch = data.collator([data.train[i] for i in range(4)])
+    assert batch["input_ids"].shape == (4, 32)
+    pads = batch["attention_mask"] == 0
+    assert (batch["labels"][pads] == IGNORE_INDEX).all()
+    assert (batch["input_ids"][pads] == tokenizer.pad_token_id).all()
+    assert (batch["labels"][~pads] == batch["input_ids"][~pads]).all()
+
+
+def test_padding_without_max_length_uses_the_longest_document(tokenizer, tmp_path):
+    path = _write(tmp_path, "jsonl")
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.packing=false"])
+    data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
+    longest = max(len(d) for d in data.train.docs)
+    assert data.max_length == longest
+    assert isinstance(data.collator, PadCollator)
+
+
+def test_streaming_packs_blocks(tokenizer, tmp_path):
+    path = _write(tmp_path, "jsonl")
+    cfg = load_run_config(
+        None,
+        [f"data.train_files={path}", f"data.validation_files={path}", "data.streaming=true", "data.block_size=16", "training.max_steps=3"],
+    )
+    data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
+    blocks = [b["input_ids"] for _, b in zip(range(5), iter(data.train))]
+    assert len(blocks) == 5 and all(b.shape == (16,) for b in blocks)
+    assert data.unigram_perplexity is None
+
+
+def test_a_stream_too_small_for_one_block_is_a_clear_error(tokenizer, tmp_path):
+    path = _write(tmp_path, "jsonl")
+    # without validation files the first documents of the stream are held out: here, all of them
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.streaming=true", "training.max_steps=3"])
+    data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
+    with pytest.raises(UserError, match="less than one block"):
+        next(iter(data.train))
+
+
+def test_block_larger_than_the_data_is_a_clear_error(tokenizer, tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps({"text": f"tiny {i}"}) + "\n" for i in range(10)))
+    cfg = load_run_config(None, [f"data.train_files={path}", "data.block_size=4096"])
+    with pytest.raises(UserError, match="data.block_size: the training split has"):
+        build_training_data(cfg.data, tokenizer, seed=0, context_length=8192)
