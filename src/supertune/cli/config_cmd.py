@@ -12,6 +12,7 @@ def epilog() -> str:
         "examples:\n"
         "  supertune config show run.yaml training.max_steps=10\n"
         "  supertune config keys\n"
+        "  supertune config keys --markdown > docs/config.md\n"
     )
 
 
@@ -19,13 +20,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show", "keys"], help="show: resolved config as YAML; keys: every key with its meaning")
     p.add_argument("config", nargs="?", help="run config YAML (show)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (show)")
+    p.add_argument("--markdown", action="store_true", help="keys: print the Markdown reference (docs/config.md)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "keys":
-        from ..config.docs import keys_reference
+        from ..config.docs import keys_markdown, keys_reference
 
-        print(keys_reference())
+        print(keys_markdown() if args.markdown else keys_reference(), end="" if args.markdown else "\n")
         return 0
     from ..config import dump_config, load_run_config
     from .train_cmd import split_config_and_overrides

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = load_run_config(None, overrides, base=base)
     metrics = evaluate_saved_model(args.model, cfg)
-    print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences)")
+    print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)")
     return 0
 
 

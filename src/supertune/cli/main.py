@@ -52,7 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Overrides may come after options (`train --nproc 2 a=b`), which argparse's positional
+    # handling rejects; collect those leftovers into the command's overrides.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any(x.startswith("-") for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
     if not getattr(args, "handler", None):
         parser.print_help()
         return 0

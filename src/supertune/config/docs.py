@@ -15,7 +15,7 @@ from functools import cache
 from . import schema
 from .schema import RunConfig
 
-__all__ = ["ConfigKey", "config_keys", "keys_reference"]
+__all__ = ["ConfigKey", "config_keys", "keys_markdown", "keys_reference"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,3 +99,22 @@ def keys_reference(width: int = 100) -> str:
         if k.doc:
             lines.append(f"      {k.doc}")
     return "\n".join(lines)
+
+
+def keys_markdown() -> str:
+    """docs/config.md: one table per section, generated from the schema (a test keeps it current)."""
+    lines = [
+        "# Run config reference",
+        "",
+        "Generated from `src/supertune/config/schema.py` by `supertune config keys --markdown`; do not edit by hand.",
+        "Set a key in the YAML section of its first part, or on the command line as `section.key=value`.",
+    ]
+    section = None
+    for k in config_keys():
+        head = k.key.rsplit(".", 1)[0]
+        if head != section:
+            section = head
+            lines += ["", f"## `{section}`", "", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        doc, kind = k.doc.replace("|", "\\|"), k.type.replace("|", "\\|")
+        lines.append(f"| `{k.key}` | {kind} | `{k.default}` | {doc} |")
+    return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from ..errors import UserError
 from .documents import encode_texts, iter_row_batches, render_texts
 
 __all__ = [
+    "ListDataset",
     "PackedBlocks",
     "PaddedDocuments",
     "PackedStream",
@@ -83,6 +84,19 @@ class PaddedDocuments(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         ids = torch.from_numpy(self.docs[i][: self.max_length].astype(np.int64))
         return {"input_ids": ids}
+
+
+class ListDataset(torch.utils.data.Dataset):
+    """Sequences held in a list (a streamed validation split, read once)."""
+
+    def __init__(self, items: list[dict[str, torch.Tensor]]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.items[i]
 
 
 class PadCollator:

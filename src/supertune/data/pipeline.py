@@ -8,6 +8,7 @@ from typing import Any
 from ..config.schema import DataConfig
 from ..errors import UserError
 from .batches import (
+    ListDataset,
     PackedBlocks,
     PackedStream,
     PadCollator,
@@ -95,16 +96,10 @@ def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int)
 
 
 def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> TrainingData:
-    if d.packing:
-        train, validation, collator = (
-            PackedStream(raw.train, d, tokenizer, seed, shuffle=True),
-            PackedStream(raw.validation, d, tokenizer, seed, shuffle=False),
-            None,
-        )
-    else:
-        train, validation = (
-            PaddedStream(raw.train, d, tokenizer, seed, shuffle=True),
-            PaddedStream(raw.validation, d, tokenizer, seed, shuffle=False),
-        )
-        collator = PadCollator(tokenizer.pad_token_id, d.max_length)
+    stream = PackedStream if d.packing else PaddedStream
+    train = stream(raw.train, d, tokenizer, seed, shuffle=True)
+    # Validation is finite (its files, or the documents held out of the stream) and is read once
+    # into memory, so that evaluation can index it and split it exactly across processes.
+    validation = ListDataset(list(stream(raw.validation, d, tokenizer, seed, shuffle=False)))
+    collator = None if d.packing else PadCollator(tokenizer.pad_token_id, d.max_length)
     return TrainingData(train, validation, collator, d.max_length, None, None)

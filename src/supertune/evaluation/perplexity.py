@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import tempfile
 from typing import Any
 
 from ..config.schema import RunConfig
@@ -32,18 +31,13 @@ def load_saved_model(model_dir: str) -> tuple[Any, Any]:
 
 
 def evaluate_saved_model(model_dir: str, cfg: RunConfig) -> dict[str, float]:
-    """eval_loss, perplexity and the number of evaluated sequences, on cfg.data batched as in training."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    """eval_loss, perplexity, sequences and tokens, on cfg.data batched as in training (the run's exact final eval)."""
+    from transformers import default_data_collator
 
     from ..modeling.model import context_length
+    from .loss import token_mean_loss
 
     model, tokenizer = load_saved_model(model_dir)
     dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model))
-    with tempfile.TemporaryDirectory(prefix="supertune-eval-") as scratch:
-        args = TrainingArguments(
-            output_dir=scratch, per_device_eval_batch_size=cfg.training.per_device_eval_batch_size, report_to=[], disable_tqdm=True
-        )
-        trainer = Trainer(model=model, args=args, eval_dataset=dataset, data_collator=collator or default_data_collator)
-        metrics = trainer.evaluate()
-    loss = float(metrics["eval_loss"])
-    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "sequences": len(dataset)}
+    loss, tokens = token_mean_loss(model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size)
+    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "sequences": len(dataset), "tokens": tokens}

@@ -62,5 +62,7 @@ def training_arguments(cfg: RunConfig, run_dir: Path) -> Any:
         remove_unused_columns=False,
         disable_tqdm=False,
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning is meaningless (and warns) without a GPU
+        # Without use_cpu, accelerate sees no GPU and treats a torchrun job as a single process.
+        use_cpu=not torch.cuda.is_available(),
         **kwargs,
     )

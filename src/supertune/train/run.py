@@ -10,6 +10,7 @@ from typing import Any
 from ..config.schema import RunConfig
 from ..data.pipeline import build_training_data
 from ..evaluation.generate import generate_text
+from ..evaluation.loss import token_mean_loss
 from ..launch.environment import launch_environment
 from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
@@ -35,9 +36,9 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     trainer = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size)
     train_out = trainer.train()
-    metrics = trainer.evaluate()
+    eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
     save_final_model(trainer, tokenizer, cfg, run, env)
-    summary = _summary(cfg, trainer, train_out, metrics, data, time.time() - started)
+    summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started)
     if env.is_main:
         if cfg.generate.prompt and cfg.generate.max_new_tokens:
             summary["sample"] = generate_text(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg.generate)
@@ -45,12 +46,14 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     return summary
 
 
-def _summary(cfg: RunConfig, trainer: Any, train_out: Any, metrics: dict[str, float], data: Any, wall_s: float) -> dict[str, Any]:
+def _summary(
+    cfg: RunConfig, trainer: Any, train_out: Any, eval_loss: float, eval_tokens: int, data: Any, wall_s: float
+) -> dict[str, Any]:
     runtime = float(train_out.metrics.get("train_runtime", 0.0))
     tokens = int(trainer.state.num_input_tokens_seen or 0)
-    eval_loss = float(metrics["eval_loss"])
     return {
         "eval_loss": eval_loss,
+        "eval_tokens": eval_tokens,
         "perplexity": math.exp(min(eval_loss, 50.0)),
         "unigram_perplexity": data.unigram_perplexity,
         "train_loss": float(train_out.training_loss),

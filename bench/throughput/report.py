@@ -1,0 +1,87 @@
+"""Medians over rounds, the ratios the targets are stated in, and the table printed and committed."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .measure import ArmMeasurement
+
+__all__ = ["Summary", "summarize", "markdown_table", "ratio_lines", "TARGETS"]
+
+# (ratio name, numerator arm, denominator arm, metric, comparison, target)
+TARGETS = [
+    ("a/b effective tokens/s", "a", "b", "tokens_per_second", ">=", 3.0),
+    ("a/c tokens/s", "a", "c", "tokens_per_second", ">=", 1.0),
+    ("a/c time to first step", "a", "c", "time_to_first_step_s", "<=", 0.5),
+]
+
+METRICS = [
+    "time_to_first_step_s",
+    "tokens_per_second",
+    "slot_tokens_per_second",
+    "padding_fraction",
+    "median_step_s",
+    "steady_tokens",
+    "steady_time_s",
+]
+
+
+@dataclass
+class Summary:
+    medians: dict[str, dict[str, float]]
+    """arm key -> metric -> median over rounds."""
+    spread: dict[str, dict[str, list[float]]]
+    """arm key -> metric -> [min, max] over rounds."""
+    ratios: list[dict[str, Any]]
+
+
+def summarize(rounds: list[dict[str, ArmMeasurement]]) -> Summary:
+    keys = list(rounds[0])
+    medians: dict[str, dict[str, float]] = {}
+    spread: dict[str, dict[str, list[float]]] = {}
+    for k in keys:
+        values = {m: [float(getattr(r[k], m)) for r in rounds] for m in METRICS}
+        medians[k] = {m: statistics.median(v) for m, v in values.items()}
+        spread[k] = {m: [min(v), max(v)] for m, v in values.items()}
+    ratios = []
+    for name, num, den, metric, op, target in TARGETS:
+        if num in medians and den in medians:
+            value = medians[num][metric] / medians[den][metric]
+            met = value >= target if op == ">=" else value <= target
+            ratios.append({"name": name, "metric": metric, "value": value, "target": f"{op} {target}", "met": met})
+    return Summary(medians, spread, ratios)
+
+
+def markdown_table(summary: Summary, names: dict[str, str], rounds: int) -> str:
+    """The arms side by side; with several rounds each cell is the median and the table says so."""
+    head = (
+        "| arm | time to first step (s) | effective tok/s | all slots tok/s | padding | median step (s) |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+    )
+    rows = []
+    for k, m in summary.medians.items():
+        lo, hi = summary.spread[k]["tokens_per_second"]
+        t_lo, t_hi = summary.spread[k]["time_to_first_step_s"]
+        ranges = rounds > 1
+        rows.append(
+            f"| ({k}) {names[k]} "
+            f"| {m['time_to_first_step_s']:.1f}" + (f" ({t_lo:.1f}-{t_hi:.1f})" if ranges else "") + " "
+            f"| {m['tokens_per_second']:,.0f}" + (f" ({lo:,.0f}-{hi:,.0f})" if ranges else "") + " "
+            f"| {m['slot_tokens_per_second']:,.0f} "
+            f"| {100 * m['padding_fraction']:.1f} % "
+            f"| {m['median_step_s']:.2f} |"
+        )
+    note = f"\nMedians of {rounds} rounds; (min-max) in brackets.\n" if rounds > 1 else ""
+    return head + "\n".join(rows) + "\n" + note
+
+
+def ratio_lines(summary: Summary) -> list[str]:
+    return [
+        f"{r['name']}: {r['value']:.2f}x (target {r['target']}x: {'met' if r['met'] else 'NOT met'})" for r in summary.ratios
+    ]
+
+
+def to_jsonable(summary: Summary) -> dict[str, Any]:
+    return asdict(summary)
