@@ -25,8 +25,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from throughput.arms import ARMS, run_arm
-from throughput.measure import ArmMeasurement
+from throughput.arms import ARMS, ArmRun, run_arm
 from throughput.prepare import Prepared, prepare
 from throughput.report import markdown_table, ratio_lines, summarize, to_jsonable
 from throughput.settings import BenchSettings
@@ -46,6 +45,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
     p.add_argument("--rounds", type=int, default=2, help="times each arm runs; the table shows medians")
     p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
+    p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most, before each arm, for other work to leave the CPUs")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
 
@@ -102,21 +102,23 @@ def main() -> int:
     prepared = prepare(args.data_dir.resolve(), args.work_dir.resolve(), settings)
     warm_up(sys.executable)
     run_root = args.work_dir.resolve() / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    rounds: list[dict[str, ArmMeasurement]] = []
+    rounds: list[dict[str, ArmRun]] = []
     commands: dict[str, str] = {}
     for r in range(args.rounds):
         # Rotate the order each round so that slow drift of a shared machine does not favour one arm.
         order = keys[r % len(keys) :] + keys[: r % len(keys)]
-        results: dict[str, ArmMeasurement] = {}
+        results: dict[str, ArmRun] = {}
         for k in order:
             arm = ARMS[k]
             print(f"train_throughput: round {r + 1}/{args.rounds}: ({k}) {arm.name} ...", flush=True)
-            m, argv = run_arm(arm, prepared, settings, run_root / f"round{r + 1}" / k)
-            commands[k] = relative(argv)
-            results[k] = m
+            run = run_arm(arm, prepared, settings, run_root / f"round{r + 1}" / k, args.quiet_wait)
+            commands[k] = relative(run.argv)
+            results[k] = run
+            m = run.measurement
+            other = "?" if run.other_cores is None else f"{run.other_cores:.2f}"
             print(
                 f"  first step after {m.time_to_first_step_s:.1f} s; {m.tokens_per_second:,.0f} effective tok/s; "
-                f"padding {100 * m.padding_fraction:.1f} %",
+                f"padding {100 * m.padding_fraction:.1f} %; other processes used {other} cores meanwhile",
                 flush=True,
             )
         rounds.append({k: results[k] for k in keys})
@@ -133,11 +135,21 @@ def main() -> int:
     return 0
 
 
+def _run_record(run: ArmRun) -> dict[str, object]:
+    return {
+        **run.measurement.__dict__,
+        "process_wall_s": run.process_wall_s,
+        "process_cpu_s": run.process_cpu_s,
+        "other_cores": run.other_cores,
+        "other_cores_before": run.other_cores_before,
+    }
+
+
 def write_results(
     args: argparse.Namespace,
     settings: BenchSettings,
     prepared: Prepared,
-    rounds: list[dict[str, ArmMeasurement]],
+    rounds: list[dict[str, ArmRun]],
     summary: object,
     table: str,
     lines: list[str],
@@ -163,7 +175,7 @@ def write_results(
             "non_blank_lines": prepared.num_documents,
         },
         "arms": {k: {"name": ARMS[k].name, "what": ARMS[k].description, "command": commands.get(k)} for k in rounds[0]},
-        "rounds": [{k: m.__dict__ for k, m in r.items()} for r in rounds],
+        "rounds": [{k: _run_record(run) for k, run in r.items()} for r in rounds],
         **to_jsonable(summary),  # type: ignore[arg-type]
     }
     (results_dir / "train_throughput.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["slurm_fixtures"]  # the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py)
+
 _ROOT = Path(tempfile.mkdtemp(prefix="supertune-tests-"))
 os.environ["SUPERTUNE_CACHE"] = str(_ROOT / "cache")
 os.environ["HF_HOME"] = str(_ROOT / "hf")

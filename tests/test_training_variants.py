@@ -113,7 +113,7 @@ def test_unreachable_hub_fails_fast_not_hangs(tmp_path, monkeypatch, capsys):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", "http://10.255.255.1:9")  # a non-routable address: connects never answer
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")  # .invalid never resolves, like a node without DNS to the hub
     started = time.time()
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "model.name_or_path=some-org/not-downloaded"])
     err = capsys.readouterr().err
@@ -129,3 +129,34 @@ def test_run_dir_holding_a_run_is_never_reused(tmp_path, capsys):
     assert code == 2
     assert "already holds a run" in capsys.readouterr().err
     assert (tmp_path / "run" / "summary.json").read_bytes() == before
+
+
+def test_bf16_weights_are_trained_and_saved_in_bf16(tmp_path):
+    _train(tmp_path / "run", "model.dtype=bf16")
+    weights = load_file(tmp_path / "run" / "model" / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+
+
+def test_dataset_name_can_be_a_local_dataset_directory(tmp_path, jsonl):
+    data_dir = tmp_path / "my_dataset"
+    data_dir.mkdir()
+    (data_dir / "train.jsonl").write_text(jsonl.read_text())
+    summary = _train(tmp_path / "run", f"data.dataset_name={data_dir}")
+    assert summary["train_steps"] == 4
+
+
+def test_uncached_hub_dataset_offline_is_a_clear_error(tmp_path, capsys):
+    code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "data.dataset_name=some-org/not-downloaded"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("supertune: error: data.dataset_name: cannot load 'some-org/not-downloaded' from the local cache")
+
+
+def test_eval_command_on_other_files(tmp_path, jsonl, capsys):
+    _train(tmp_path / "run", "training.max_steps=2")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(jsonl), "data.block_size=64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("eval loss ") and "perplexity" in out
+    tokens = sum(1 for _ in jsonl.open())  # at least one token per document
+    assert int(out.split("sequences, ")[1].split()[0]) > tokens

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cpu import CpuWindow, wait_until_quiet
 from .measure import ArmMeasurement, StepRecord, measure, read_step_clock, read_supertune_metrics
 from .prepare import Prepared
 from .settings import BenchSettings
 
-__all__ = ["ARMS", "Arm", "run_arm"]
+__all__ = ["ARMS", "Arm", "ArmRun", "run_arm"]
 
 BENCH = Path(__file__).resolve().parent.parent
 
@@ -128,15 +129,32 @@ def arm_environment(arm_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path) -> tuple[ArmMeasurement, list[str]]:
-    """Start the arm in a fresh process, wait for it, and measure it; raises with the log's tail on failure."""
+@dataclass(frozen=True)
+class ArmRun:
+    """One arm's process: its measurement, command line, and how busy the machine was around it."""
+
+    measurement: ArmMeasurement
+    argv: list[str]
+    process_wall_s: float
+    process_cpu_s: float
+    other_cores: float | None
+    """Average cores other processes kept busy while the arm ran (the machine is shared)."""
+    other_cores_before: float | None
+    """The same, over the second before the arm started."""
+
+
+def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path, quiet_wait_s: float) -> ArmRun:
+    """Start the arm in a fresh process, wait for it, and measure it; exits with the log's tail on failure."""
     if arm_dir.exists():
-        raise SystemExit(f"train_throughput: {arm_dir} already exists; use a new --work-dir round")
+        raise SystemExit(f"train_throughput: {arm_dir} already exists; runs never reuse a directory")
     arm_dir.mkdir(parents=True)
     argv = arm.argv(p, s, arm_dir)
     env = arm_environment(arm_dir)
     log_path = arm_dir / "output.log"
+    before = wait_until_quiet(quiet_wait_s)
+    window = CpuWindow()
     with log_path.open("wb") as log:
+        window.start()
         spawn = time.time()  # the clock time-to-first-step starts from
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
@@ -145,8 +163,16 @@ def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path) -> tuple[Arm
             proc.kill()
             proc.wait()
             code = -9
+        window.stop()
     if code != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
         raise SystemExit(f"train_throughput: arm ({arm.key}) {arm.name} exited with {code}; last lines of {log_path}:\n{tail}")
     records, first_step_end = arm.records(arm_dir)
-    return measure(records, spawn, s.batch_size, s.seq_len, first_step_end), argv
+    return ArmRun(
+        measurement=measure(records, spawn, s.batch_size, s.seq_len, first_step_end),
+        argv=argv,
+        process_wall_s=window.wall_s,
+        process_cpu_s=window.arm_cpu_s,
+        other_cores=window.other_cores,
+        other_cores_before=before,
+    )

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .measure import ArmMeasurement
+from .arms import ArmRun
 
 __all__ = ["Summary", "summarize", "markdown_table", "ratio_lines", "TARGETS"]
 
@@ -25,7 +25,14 @@ METRICS = [
     "median_step_s",
     "steady_tokens",
     "steady_time_s",
+    "other_cores",
 ]
+
+
+def _value(run: ArmRun, metric: str) -> float:
+    if metric == "other_cores":
+        return float("nan") if run.other_cores is None else run.other_cores
+    return float(getattr(run.measurement, metric))
 
 
 @dataclass
@@ -37,12 +44,12 @@ class Summary:
     ratios: list[dict[str, Any]]
 
 
-def summarize(rounds: list[dict[str, ArmMeasurement]]) -> Summary:
+def summarize(rounds: list[dict[str, ArmRun]]) -> Summary:
     keys = list(rounds[0])
     medians: dict[str, dict[str, float]] = {}
     spread: dict[str, dict[str, list[float]]] = {}
     for k in keys:
-        values = {m: [float(getattr(r[k], m)) for r in rounds] for m in METRICS}
+        values = {m: [_value(r[k], m) for r in rounds] for m in METRICS}
         medians[k] = {m: statistics.median(v) for m, v in values.items()}
         spread[k] = {m: [min(v), max(v)] for m, v in values.items()}
     ratios = []
@@ -57,8 +64,8 @@ def summarize(rounds: list[dict[str, ArmMeasurement]]) -> Summary:
 def markdown_table(summary: Summary, names: dict[str, str], rounds: int) -> str:
     """The arms side by side; with several rounds each cell is the median and the table says so."""
     head = (
-        "| arm | time to first step (s) | effective tok/s | all slots tok/s | padding | median step (s) |\n"
-        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        "| arm | time to first step (s) | effective tok/s | all slots tok/s | padding | median step (s) | other load (cores) |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
     )
     rows = []
     for k, m in summary.medians.items():
@@ -71,9 +78,13 @@ def markdown_table(summary: Summary, names: dict[str, str], rounds: int) -> str:
             f"| {m['tokens_per_second']:,.0f}" + (f" ({lo:,.0f}-{hi:,.0f})" if ranges else "") + " "
             f"| {m['slot_tokens_per_second']:,.0f} "
             f"| {100 * m['padding_fraction']:.1f} % "
-            f"| {m['median_step_s']:.2f} |"
+            f"| {m['median_step_s']:.2f} "
+            f"| {m['other_cores']:.2f} |"
         )
-    note = f"\nMedians of {rounds} rounds; (min-max) in brackets.\n" if rounds > 1 else ""
+    note = (
+        "\nOther load: cores kept busy by other processes while the arm ran (the machine is shared; 2 cores in all).\n"
+        + (f"Medians of {rounds} rounds; (min-max) in brackets.\n" if rounds > 1 else "")
+    )
     return head + "\n".join(rows) + "\n" + note
 
 

@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         saved = read_yaml(run_config)
         base = {"data": saved.get("data", {}), "training": {"per_device_eval_batch_size": saved.get("training", {}).get("per_device_eval_batch_size", 16)}}
     overrides = list(args.overrides)
+    if args.data:  # `--data a.jsonl key=value`: nargs="+" also swallows the overrides that follow
+        overrides += [x for x in args.data if "=" in x]
+        args.data = [x for x in args.data if "=" not in x]
     if args.data:
         base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False)
         overrides.append("data.train_files=[" + ",".join(_quoted(f) for f in args.data) + "]")
