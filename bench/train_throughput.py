@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--results-dir", type=Path, default=BENCH / "results", help="where train_throughput.json/.md go")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps per arm")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
-    p.add_argument("--rounds", type=int, default=2, help="times each arm runs; the table shows medians")
+    p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
     p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
     p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most, before each arm, for other work to leave the CPUs")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")

@@ -13,15 +13,15 @@ import sys
 sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 
-stamp_value="$(cat "$ROOT/requirements/pinned.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+stamp_value="$(cat "$ROOT/src/supertune/pinned-requirements.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 stamp_file="$VENV/.supertune-installed"
 if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_value" ]; then
   echo "supertune: preparing $VENV (first time: a few minutes)" >&2
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  torch_pin="$(grep -E '^torch==' "$ROOT/requirements/pinned.txt")"
+  torch_pin="$(grep -E '^torch==' "$ROOT/src/supertune/pinned-requirements.txt")"
   "$VENV/bin/python" -m pip install --quiet "$torch_pin"
-  "$VENV/bin/python" -m pip install --quiet -r "$ROOT/requirements/pinned.txt"
+  "$VENV/bin/python" -m pip install --quiet -r "$ROOT/src/supertune/pinned-requirements.txt"
   "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT"
   echo "$stamp_value" > "$stamp_file"
 fi

@@ -88,7 +88,10 @@ def watch_first_step(marks: Marks) -> None:
 
 
 def supertune_phases(marks: Marks, argv: list[str]) -> None:
-    # What `supertune train` imports lazily, imported first so that the imports are one phase.
+    # What `supertune train` imports lazily, imported first so that the imports are one phase
+    # (transformers.Trainer itself is otherwise imported only when the Trainer is built).
+    from transformers import Trainer  # noqa: F401
+
     import supertune.cli.main as cli
     import supertune.data.pipeline as pipeline
     import supertune.train.run as run

@@ -26,7 +26,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "slurm test cluster: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (it starts Slurm and munge daemons)"
-for tool in slurmctld slurmd sbatch scontrol sinfo munged munge ip nsenter unshare; do
+for tool in slurmctld slurmd sbatch scontrol sinfo munged munge ip ss nsenter unshare; do
   command -v "$tool" >/dev/null || die "$tool not found: run tests/cluster/install.sh as root"
 done
 
@@ -52,6 +52,23 @@ else
   CTLD_PORT=16827 SLURMD_PORT=16828 CTLD_ADDR="$NET.1"
   NODES=()
   for i in $(seq 1 "$NODE_COUNT"); do NODES+=("node$i"); done
+fi
+# A port in use is most likely held by a test cluster whose test run was killed: its daemons
+# carry their STATE_DIR in their environment, which names the way out.
+for port in "$CTLD_PORT" "$SLURMD_PORT"; do
+  holder="$(ss -Hltnp "( sport = :$port )" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)"
+  [ -n "$holder" ] || continue
+  other="$(tr '\0' '\n' < "/proc/$holder/environ" 2>/dev/null | sed -n 's/^SUPERTUNE_SLURM_DAEMON=//p' || true)"
+  [ -z "$other" ] || die "port $port is held by the test cluster in $other; stop it with: bash $HERE/stop.sh $other"
+  die "port $port is held by another program (pid $holder)"
+done
+if [ "$MODE" = multi ]; then
+  # Network names left after stop.sh belong to another cluster, or to a run that was killed and
+  # whose directory is gone: never take them over.
+  taken=""
+  ip link show "$BRIDGE" >/dev/null 2>&1 && taken="bridge $BRIDGE"
+  for i in $(seq 1 "$NODE_COUNT"); do [ -e "/run/netns/supt-node$i" ] && taken="$taken netns supt-node$i"; done
+  [ -z "$taken" ] || die "${taken# } already exist(s), left by another multi-node test cluster; remove them (ip link del $BRIDGE; ip netns del supt-nodeN) once it is stopped"
 fi
 # Memory is not a consumable resource here (CR_Core); declaring the machine's memory on every
 # node only lets jobs that ask for --mem be accepted.
@@ -129,8 +146,9 @@ SelectTypeParameters=CR_Core
 # Trust the node lines below rather than the hardware: emulated nodes share the machine's cores.
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
-# Short scheduling intervals: a requeued job starts again within seconds.
-SchedulerParameters=bf_interval=5,sched_interval=5
+# Short scheduling intervals: a requeued job starts again within seconds; batch_sched_delay=0
+# starts a submitted job at the next scheduler tick (about 1 s) rather than up to 3 s later.
+SchedulerParameters=bf_interval=5,sched_interval=5,batch_sched_delay=0
 # No slurmdbd, so no sacct: finished jobs are read with scontrol, which keeps them MinJobAge s.
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
@@ -153,15 +171,14 @@ EOF
   fi
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
 } > "$SLURM_CONF"
-# slurmd reads cgroup.conf next to slurm.conf even with the plugins above.
-echo "CgroupPlugin=autodetect" > "$STATE/etc/cgroup.conf"
+# slurmd loads a cgroup plugin at startup even with the plugins above. On a host with only
+# cgroup v2, Slurm 22.05 asks systemd over D-Bus for a scope and dies where there is no D-Bus
+# (containers, minimal machines); IgnoreSystemdOnFailure lets it set up the cgroup itself then.
+printf 'CgroupPlugin=autodetect\nIgnoreSystemdOnFailure=yes\n' > "$STATE/etc/cgroup.conf"
 for node in "${NODES[@]}"; do mkdir -p "$STATE/spool/$node"; done
 
 # ---- network (multi) ------------------------------------------------------------------------
 if [ "$MODE" = multi ]; then
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
-    die "bridge $BRIDGE already exists: another multi-node test cluster is running (stop it with tests/cluster/stop.sh ITS_STATE_DIR, or ip link del $BRIDGE)"
-  fi
   echo "link $BRIDGE" >> "$CREATED"
   ip link add "$BRIDGE" type bridge
   ip addr add "$NET.1/24" dev "$BRIDGE"
@@ -171,7 +188,6 @@ if [ "$MODE" = multi ]; then
   { echo "127.0.0.1 localhost"; echo "$NET.1 $HOST"; } > "$STATE/etc/hosts"
   for i in $(seq 1 "$NODE_COUNT"); do
     ns="supt-node$i"
-    [ -e "/run/netns/$ns" ] && die "network namespace $ns already exists: another multi-node test cluster is running"
     echo "netns $ns" >> "$CREATED"
     ip netns add "$ns"
     echo "link supt${i}h" >> "$CREATED"

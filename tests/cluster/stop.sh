@@ -6,8 +6,9 @@ set -uo pipefail
 export PATH="/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
 [ $# -eq 1 ] || { echo "usage: $0 STATE_DIR" >&2; exit 2; }
-[ -d "$1" ] || exit 0
-STATE="$(cd "$1" && pwd)"
+# The directory may be gone (a crashed test run's temporary directory): its daemons can still be
+# found by the marker in their environment.
+STATE="$(realpath -m "$1")"
 export SLURM_CONF="$STATE/etc/slurm.conf"
 
 # A zombie has exited; only its parent's wait is missing, so it counts as stopped.
@@ -41,10 +42,10 @@ stop_pids() {
 # 1. Cancel the jobs first, so that each slurmstepd ends its own tasks while slurmd still runs.
 ctld="$(pid_of "$STATE/run/slurmctld.pid")"
 if [ -n "$ctld" ] && [ -f "$SLURM_CONF" ]; then
-  jobs="$(timeout 5 squeue -h -o '%A' 2>/dev/null)"
-  if [ -n "$jobs" ]; then
+  job_ids="$(timeout 5 squeue -h -o '%A' 2>/dev/null)"
+  if [ -n "$job_ids" ]; then
     # shellcheck disable=SC2086  # one argument per job id
-    timeout 5 scancel $jobs 2>/dev/null
+    timeout 5 scancel $job_ids 2>/dev/null
     for _ in $(seq 1 100); do
       [ -z "$(timeout 5 squeue -h -t running,completing -o '%A' 2>/dev/null)" ] && break
       sleep 0.1
@@ -70,26 +71,39 @@ while read -r env; do
   [ "$pid" != "$$" ] && alive "$pid" && strays+=("$pid")
 done < <(grep -lzxF "$MARK" /proc/[0-9]*/environ 2>/dev/null)
 created="$STATE/run/created"
-if [ -f "$created" ]; then
-  while read -r kind name; do
-    if [ "$kind" = netns ] && [ -e "/run/netns/$name" ]; then
-      for pid in $(ip netns pids "$name" 2>/dev/null); do alive "$pid" && strays+=("$pid"); done
-    fi
-  done < "$created"
+if [ ! -f "$created" ]; then
+  # No record (the directory is gone): the namespaces are the ones our daemons live in; when there
+  # are such, the bridge is theirs too (start.sh never takes over an existing one).
+  created="$(mktemp)"
+  for pid in "${strays[@]}"; do
+    ns="$(ip netns identify "$pid" 2>/dev/null)"
+    [ -n "$ns" ] && echo "netns $ns"
+  done | sort -u > "$created"
+  [ -s "$created" ] && orphan_bridge=suptbr0
 fi
+while read -r kind name; do
+  if [ "$kind" = netns ] && [ -e "/run/netns/$name" ]; then
+    for pid in $(ip netns pids "$name" 2>/dev/null); do alive "$pid" && strays+=("$pid"); done
+  fi
+done < "$created"
 stop_pids 30 "${strays[@]}"
 
 # 4. Namespaces and links, newest first (deleting a namespace also deletes its veth end).
-if [ -f "$created" ]; then
-  tac "$created" | while read -r kind name; do
-    case "$kind" in
-      netns) [ -e "/run/netns/$name" ] && ip netns del "$name" ;;
-      link) ip link show "$name" >/dev/null 2>&1 && ip link del "$name" ;;
-    esac
+tac "$created" | while read -r kind name; do
+  case "$kind" in
+    netns) [ -e "/run/netns/$name" ] && ip netns del "$name" ;;
+    link) ip link show "$name" >/dev/null 2>&1 && ip link del "$name" ;;
+  esac
+done
+rm -f "$created"
+if [ -n "${orphan_bridge:-}" ] && [ -d "/sys/class/net/$orphan_bridge" ]; then
+  # The host ends of the veths, which the kernel may not have removed yet with the namespaces.
+  for port in "/sys/class/net/$orphan_bridge/brif"/*; do
+    [ -e "$port" ] && ip link del "${port##*/}" 2>/dev/null
   done
-  rm -f "$created"
+  ip link del "$orphan_bridge"
 fi
-rm -f "$STATE"/run/*.pid "$STATE/env.sh"
+rm -f "$STATE"/run/*.pid "$STATE/env.sh" 2>/dev/null
 
 left=()
 for pid in "${slurm_pids[@]}" ${munge_pid:+"$munge_pid"} "${strays[@]}"; do alive "$pid" && left+=("$pid"); done

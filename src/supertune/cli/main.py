@@ -14,6 +14,13 @@ COMMANDS = {
     "eval": ("eval_cmd", "loss and perplexity of a saved model on some data"),
     "generate": ("generate_cmd", "continue a prompt with a saved model"),
     "config": ("config_cmd", "show the resolved config, or every key with its meaning"),
+    "clusters": ("clusters_cmd", "list the cluster profiles, or show one with the files it came from"),
+    "container": ("container_cmd", "write an Apptainer definition and a conda environment for a cluster"),
+    "submit": ("submit_cmd", "render a run's SLURM job script and submit it (or --dry-run)"),
+    "status": ("status_cmd", "SLURM state of a run's jobs"),
+    "logs": ("logs_cmd", "print (or --follow) the job log of a run"),
+    "cancel": ("cancel_cmd", "cancel a run's unfinished SLURM jobs"),
+    "env": ("env_cmd", "this process's rank, world size, master address and launcher, as supertune sees them"),
 }
 
 EXAMPLES = """examples:

@@ -41,13 +41,33 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_run_config(path: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> RunConfig:
-    """Merge defaults < base data < the YAML file < overrides, type-check, validate, and make paths absolute."""
+    """Merge defaults < base data < the YAML file < the cluster profile's run_config < overrides,
+    type-check, validate, and make paths absolute."""
     data = deep_merge(base or {}, read_yaml(path) if path else {})
-    if overrides:
-        data = deep_merge(data, parse_overrides(overrides))
+    cli = parse_overrides(overrides) if overrides else {}
+    profile_values = _cluster_run_config(deep_merge(data, cli))
+    data = deep_merge(deep_merge(data, profile_values), cli)
     cfg = build_config(RunConfig, data)
     validate(cfg)
     return _resolve_paths(cfg)
+
+
+def _cluster_run_config(data: dict[str, Any]) -> dict[str, Any]:
+    """The run-config values of the cluster named by launch.cluster (none for local or a bad name,
+    which validation reports with the other problems)."""
+    launch = data.get("launch")
+    name = launch.get("cluster") if isinstance(launch, dict) else None
+    if hasattr(name, "raw"):  # a command-line value
+        name = name.raw
+    if not isinstance(name, str) or name == "local":
+        return {}
+    from ..clusters import load_profile
+    from ..errors import UserError
+
+    try:
+        return load_profile(name).run_config
+    except UserError:
+        return {}
 
 
 def _resolve_paths(cfg: RunConfig) -> RunConfig:

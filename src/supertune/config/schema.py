@@ -18,6 +18,9 @@ __all__ = [
     "GenerateConfig",
     "OutputConfig",
     "LaunchConfig",
+    "SlurmConfig",
+    "FsdpConfig",
+    "DistributedConfig",
     "RunConfig",
 ]
 
@@ -207,7 +210,65 @@ class LaunchConfig:
     """How many processes, and how they are started."""
 
     nproc: int = 1
-    """Processes on this machine; above 1 the run goes through torchrun (gloo on CPU, nccl on GPU)."""
+    """Processes on this machine for `supertune train`; above 1 the run goes through torchrun (gloo on CPU, nccl on GPU)."""
+    launcher: Literal["torchrun", "accelerate", "deepspeed", "srun"] = "torchrun"
+    """How a SLURM job starts its processes: torchrun (c10d rendezvous), accelerate launch, the deepspeed launcher, or srun alone (one task per process, no rendezvous server)."""
+    cluster: str = "local"
+    """Cluster profile (`supertune clusters list`): GPUs per node, modules, container, environment of the site."""
+    nodes: int = 1
+    """Nodes of a SLURM job."""
+    gpus_per_node: int | None = None
+    """GPUs (processes) per node; empty: the cluster profile's."""
+    procs_per_node: int | None = None
+    """Processes per node on nodes without GPUs (CPU training); empty: 1."""
+    master_port: int | None = None
+    """Rendezvous port; empty: derived from the SLURM job id, so jobs sharing a node never collide."""
+
+
+@dataclass
+class SlurmConfig:
+    """The #SBATCH settings of a job; empty values fall back to the cluster profile."""
+
+    time: str = "01:00:00"
+    """Wall-clock limit (HH:MM:SS or D-HH:MM:SS)."""
+    partition: str | None = None
+    """Partition; empty: the cluster profile's."""
+    account: str | None = None
+    """Account (project) charged; empty: the cluster profile's."""
+    qos: str | None = None
+    """Quality of service; empty: the cluster profile's."""
+    mem: str | None = None
+    """Memory per node, e.g. 480G; empty: the cluster profile's (or Slurm's default)."""
+    exclusive: bool = False
+    """Ask for whole nodes."""
+    extra_args: list[str] = field(default_factory=list)
+    """More #SBATCH options, e.g. ["--constraint=a100", "--reservation=llm"]."""
+
+
+@dataclass
+class FsdpConfig:
+    """Fully sharded data parallel settings (distributed.strategy fsdp)."""
+
+    sharding: Literal["full", "shard_grad_op", "hybrid", "hybrid_zero2"] = "full"
+    """What is sharded: everything (full), gradients and optimizer state (shard_grad_op), or full/zero2 within a node and replicated across nodes (hybrid, hybrid_zero2)."""
+    auto_wrap: bool = True
+    """Wrap each decoder layer as its own shard unit."""
+    cpu_offload: bool = False
+    """Keep sharded parameters in CPU memory between uses."""
+
+
+@dataclass
+class DistributedConfig:
+    """How the model and optimizer are spread over processes."""
+
+    strategy: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = "ddp"
+    """Data parallel (ddp), DeepSpeed ZeRO stage 1/2/3, or FSDP."""
+    offload: Literal["none", "cpu", "nvme"] = "none"
+    """ZeRO: where optimizer state (and with zero3, parameters) live between steps."""
+    nvme_path: str | None = None
+    """ZeRO with offload nvme: a fast local directory, e.g. /flash/$USER or /tmp."""
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
+    """FSDP settings."""
 
 
 @dataclass
@@ -226,3 +287,7 @@ class RunConfig:
     """Run directory."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     """Processes and launcher."""
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    """Sharding strategy."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """SLURM job settings."""

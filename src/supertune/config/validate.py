@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import string
 
 from ..data.formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
-from .schema import GenerateConfig, RunConfig
+from .schema import FsdpConfig, GenerateConfig, RunConfig
 
 __all__ = ["validate", "validate_generate"]
 
@@ -20,6 +21,7 @@ def validate(cfg: RunConfig) -> None:
     _check_model(cfg, problems)
     _check_data(cfg, problems)
     _check_training(cfg, problems)
+    _check_launch(cfg, problems)
     if problems:
         raise ConfigError(problems)
 
@@ -179,3 +181,38 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
     for sink in t.report_to:
         if sink not in ("tensorboard", "none"):
             p.append(f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)")
+
+
+_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
+
+
+def _check_launch(cfg: RunConfig, p: list[str]) -> None:
+    la, dist, slurm = cfg.launch, cfg.distributed, cfg.slurm
+    _positive(p, "launch.nodes", la.nodes)
+    if la.cluster != "local":
+        from ..clusters import profile_names
+
+        if la.cluster not in profile_names():
+            import difflib
+
+            close = difflib.get_close_matches(la.cluster, profile_names(), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            p.append(f"launch.cluster: unknown cluster {la.cluster!r}{hint}; known: {', '.join(profile_names())}")
+    _positive(p, "launch.procs_per_node", la.procs_per_node)
+    if la.gpus_per_node is not None and la.gpus_per_node < 0:
+        p.append(f"launch.gpus_per_node: must not be negative, got {la.gpus_per_node}")
+    if la.master_port is not None and not 1024 <= la.master_port <= 65535:
+        p.append(f"launch.master_port: must be a port between 1024 and 65535, got {la.master_port}")
+    if not _SLURM_TIME.match(slurm.time):
+        p.append(f"slurm.time: {slurm.time!r} is not a Slurm time; write HH:MM:SS or D-HH:MM:SS, e.g. 02:00:00")
+    for arg in slurm.extra_args:
+        if not arg.startswith("--"):
+            p.append(f"slurm.extra_args: {arg!r} is not an sbatch option; write it as --name=value")
+    if dist.offload != "none" and not dist.strategy.startswith("zero"):
+        p.append(f"distributed.offload: {dist.offload} offload is a DeepSpeed ZeRO feature; set distributed.strategy to zero2 or zero3")
+    if dist.offload == "nvme" and not dist.nvme_path:
+        p.append("distributed.nvme_path: offload nvme needs a fast local directory, e.g. distributed.nvme_path=/tmp")
+    if dist.offload == "nvme" and dist.strategy != "zero3":
+        p.append("distributed.offload: nvme offload needs distributed.strategy zero3")
+    if dist.strategy != "fsdp" and dist.fsdp != FsdpConfig():
+        p.append(f"distributed.fsdp: set while distributed.strategy is {dist.strategy}; set distributed.strategy=fsdp or remove it")

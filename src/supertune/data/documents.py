@@ -35,11 +35,55 @@ def encode_texts(texts: list[str], tokenizer: Any, add_eos: bool) -> list[np.nda
     """Token ids of each text (int32), with EOS appended when asked; no BOS and no padding."""
     if not texts:
         return []
-    ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    ids = _token_ids(texts, tokenizer)
     eos = tokenizer.eos_token_id
     if add_eos:
         return [np.array(x + [eos], dtype=np.int32) for x in ids]
     return [np.array(x, dtype=np.int32) for x in ids]
+
+
+def _token_ids(texts: list[str], tokenizer: Any) -> list[list[int]]:
+    """The ids `tokenizer(texts, add_special_tokens=False)` gives, straight from the Rust backend when that is the same.
+
+    The transformers call also computes offsets and builds Python encodings for every text; the
+    backend's encode_batch_fast skips both, which makes tokenizing (most of a run's data
+    preparation) about twice as fast. The first text is checked against the ordinary call, so a
+    tokenizer that encodes differently still gets the ordinary path.
+    """
+    backend = _plain_backend(tokenizer)
+    if backend is not None:
+        ids = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+        if ids[0] == tokenizer(texts[0], add_special_tokens=False)["input_ids"]:
+            return ids
+    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+
+
+def _plain_backend(tokenizer: Any) -> Any | None:
+    """The tokenizers.Tokenizer behind a transformers fast tokenizer whose call adds nothing in Python, else None.
+
+    transformers switches the backend's own truncation and padding off for each call, sets
+    encode_special_tokens from split_special_tokens, and lets some tokenizer classes rewrite the
+    text or the ids in Python; the backend alone is only used when none of that applies.
+    """
+    try:
+        from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+    except ImportError:
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    cls = type(tokenizer)
+    if (
+        backend is None
+        or not hasattr(backend, "encode_batch_fast")
+        or not isinstance(tokenizer, PreTrainedTokenizerFast)
+        or cls.__call__ is not PreTrainedTokenizerBase.__call__
+        or getattr(cls, "_encode_plus", None) is not getattr(PreTrainedTokenizerFast, "_encode_plus", None)
+        or hasattr(tokenizer, "_switch_to_input_mode")
+        or backend.truncation is not None
+        or backend.padding is not None
+        or bool(getattr(backend, "encode_special_tokens", False)) != bool(getattr(tokenizer, "split_special_tokens", False))
+    ):
+        return None
+    return backend
 
 
 def iter_row_batches(dataset: Any, batch_docs: int = BATCH_DOCS) -> Iterator[dict[str, list[Any]]]:

@@ -1,25 +1,49 @@
-"""The one module that reads the launch environment: who this process is in the job, and who said so."""
+"""The one module that reads the launch environment: who this process is in the job, and who said so.
+
+Sources, first match wins:
+1. torchrun, `accelerate launch` and the deepspeed launcher: RANK, LOCAL_RANK, WORLD_SIZE,
+   MASTER_ADDR, MASTER_PORT (and GROUP_RANK / NODE_RANK, LOCAL_WORLD_SIZE when set);
+2. a SLURM job step started by srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID,
+   SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST (expanded with python-hostlist; the first host is the
+   master) and a port derived from SLURM_JOB_ID: no rendezvous server at all, which is what lets
+   plain srun scale to hundreds of nodes;
+3. MPI (Open MPI's OMPI_COMM_WORLD_*, or PMI_RANK / PMI_SIZE);
+4. otherwise a single process.
+Everything else in supertune asks this module instead of reading those variables.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
+from dataclasses import asdict, dataclass
 
-__all__ = ["LaunchEnvironment", "launch_environment"]
+__all__ = ["LaunchEnvironment", "launch_environment", "port_for_job", "expand_nodelist", "export_for_torch"]
+
+# Ports derived from job ids fall in [10000, 30000): below Linux's ephemeral range (32768+), and
+# two jobs sharing a node collide only when their ids differ by a multiple of 20000.
+PORT_BASE = 10000
+PORT_SPAN = 20000
 
 
 @dataclass(frozen=True)
 class LaunchEnvironment:
-    """Rank, sizes and rendezvous address of the current process."""
+    """Rank, sizes and rendezvous address of the current process, and which launcher said so."""
 
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
     master_addr: str | None = None
     master_port: int | None = None
     launcher: str = "none"
-    """Which launcher's variables these came from: torchrun (also accelerate, deepspeed) or none."""
+    """torchrun (also accelerate and deepspeed), slurm, mpi or none."""
+    job_id: str | None = None
+    """SLURM job id when inside a job."""
+    device_index: int = 0
+    """Accelerator index for this process: 0 when the task sees exactly one device, else local_rank."""
 
     @property
     def is_main(self) -> bool:
@@ -29,18 +53,153 @@ class LaunchEnvironment:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def port_for_job(job_id: str | int) -> int:
+    """Rendezvous port of a SLURM job: stable for the job, different for jobs that share a node."""
+    return PORT_BASE + int(job_id) % PORT_SPAN
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Host names of a Slurm node list such as "gpu[01-04,07],login1"."""
+    import hostlist
+
+    return list(hostlist.expand_hostlist(nodelist))
+
 
 def launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
-    """Read the variables torchrun-style launchers set; a plain process is rank 0 of 1."""
+    """The launch view of this process, from the first source that describes it."""
     env = os.environ if environ is None else environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        port = env.get("MASTER_PORT")
-        return LaunchEnvironment(
-            rank=int(env["RANK"]),
-            local_rank=int(env.get("LOCAL_RANK", "0")),
-            world_size=int(env["WORLD_SIZE"]),
-            master_addr=env.get("MASTER_ADDR"),
-            master_port=int(port) if port else None,
-            launcher="torchrun",
-        )
-    return LaunchEnvironment()
+    for read in (_from_torchrun, _from_slurm_step, _from_mpi):
+        found = read(env)
+        if found is not None:
+            return found
+    return LaunchEnvironment(job_id=env.get("SLURM_JOB_ID"), device_index=0)
+
+
+def export_for_torch(view: LaunchEnvironment, environ: MutableMapping[str, str] | None = None) -> None:
+    """Write RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT for torch.distributed's env:// init.
+
+    Needed when processes were started by srun or mpirun, which set only their own variables.
+    """
+    env = os.environ if environ is None else environ
+    env["RANK"] = str(view.rank)
+    # accelerate and the Trainer pick the GPU by LOCAL_RANK. A task narrowed to one visible GPU must
+    # use device 0, so LOCAL_RANK says 0 there; the cost: every such task counts as its node's
+    # "local main" process, which only matters for per-node caches supertune does not use.
+    env["LOCAL_RANK"] = str(view.device_index)
+    env["WORLD_SIZE"] = str(view.world_size)
+    env["LOCAL_WORLD_SIZE"] = str(view.local_world_size)
+    env["GROUP_RANK"] = str(view.node_rank)
+    if view.master_addr:
+        env["MASTER_ADDR"] = view.master_addr
+    if view.master_port:
+        env["MASTER_PORT"] = str(view.master_port)
+
+
+def _device_index(env: Mapping[str, str], local_rank: int) -> int:
+    # SLURM's --gpus-per-task / --gpu-bind narrow the visible devices of each task to one: that
+    # device is then index 0 in the process, whatever the task's local rank.
+    for name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        visible = env.get(name)
+        if visible is not None and visible.strip() and len(visible.split(",")) == 1:
+            return 0
+    return local_rank
+
+
+def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
+    for name in names:
+        value = env.get(name)
+        if value not in (None, ""):
+            return int(value)
+    return default
+
+
+def _from_torchrun(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    local_rank = _int(env, "LOCAL_RANK", default=0) or 0
+    world = int(env["WORLD_SIZE"])
+    local_world = _int(env, "LOCAL_WORLD_SIZE", default=world) or world
+    return LaunchEnvironment(
+        rank=int(env["RANK"]),
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        node_rank=_int(env, "GROUP_RANK", "NODE_RANK", default=0) or 0,
+        num_nodes=max(1, world // max(local_world, 1)),
+        master_addr=env.get("MASTER_ADDR"),
+        master_port=_int(env, "MASTER_PORT"),
+        launcher="torchrun",
+        job_id=env.get("SLURM_JOB_ID"),
+        device_index=_device_index(env, local_rank),
+    )
+
+
+def _from_slurm_step(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    # SLURM_PROCID is also set (to 0) in the batch script itself; only a step started by srun
+    # (SLURM_STEP_ID set, and not the batch or extern step) describes a rank of the job.
+    step = env.get("SLURM_STEP_ID")
+    if "SLURM_PROCID" not in env or step in (None, "", "batch", "extern", "4294967294", "4294967295"):
+        return None
+    job_id = env.get("SLURM_JOB_ID")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+    hosts = expand_nodelist(nodelist) if nodelist else []
+    local_rank = _int(env, "SLURM_LOCALID", default=0) or 0
+    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1) or 1
+    nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1) or 1
+    port = _int(env, "MASTER_PORT")
+    return LaunchEnvironment(
+        rank=int(env["SLURM_PROCID"]),
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=_tasks_on_this_node(env, world, nodes),
+        node_rank=_int(env, "SLURM_NODEID", default=0) or 0,
+        num_nodes=nodes,
+        master_addr=env.get("MASTER_ADDR") or (hosts[0] if hosts else None),
+        master_port=port if port else (port_for_job(job_id) if job_id else None),
+        launcher="slurm",
+        job_id=job_id,
+        device_index=_device_index(env, local_rank),
+    )
+
+
+def _tasks_on_this_node(env: Mapping[str, str], world: int, nodes: int) -> int:
+    # SLURM_TASKS_PER_NODE looks like "2(x3),1": the count for this node is needed, so expand it.
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    node = _int(env, "SLURM_NODEID", default=0) or 0
+    if spec:
+        counts: list[int] = []
+        for part in spec.split(","):
+            if "(x" in part:
+                count, repeat = part.rstrip(")").split("(x")
+                counts += [int(count)] * int(repeat)
+            else:
+                counts.append(int(part))
+        if node < len(counts):
+            return counts[node]
+    return max(1, world // max(nodes, 1))
+
+
+def _from_mpi(env: Mapping[str, str]) -> LaunchEnvironment | None:
+    rank = _int(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    world = _int(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    if rank is None or world is None:
+        return None
+    local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", default=0) or 0
+    local_world = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", default=world) or world
+    return LaunchEnvironment(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        node_rank=rank // max(local_world, 1),
+        num_nodes=max(1, world // max(local_world, 1)),
+        master_addr=env.get("MASTER_ADDR"),
+        master_port=_int(env, "MASTER_PORT"),
+        launcher="mpi",
+        job_id=env.get("SLURM_JOB_ID"),
+        device_index=_device_index(env, local_rank),
+    )

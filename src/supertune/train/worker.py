@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..config.load import load_run_config
 from ..errors import UserError
+from ..launch.environment import export_for_torch, launch_environment
 from ..rundir import RunDir
 from .logging_setup import setup_logging
 from .run import run_training
@@ -18,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m supertune.train.worker RUN_DIR", file=sys.stderr)
         return 2
     run = RunDir(Path(args[0]))
+    view = launch_environment()
+    if view.launcher in ("slurm", "mpi"):
+        # srun / mpirun started this process directly: give torch.distributed its env:// variables.
+        export_for_torch(view)
     setup_logging()
     try:
         run_training(load_run_config(str(run.config)), run)

@@ -1,0 +1,42 @@
+"""`supertune status [RUN]`"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DESCRIPTION = "Show the SLURM state of a run's jobs (state, nodes, elapsed time, restarts), or of every run under ./runs."
+
+
+def epilog() -> str:
+    return "examples:\n  supertune status\n  supertune status runs/llama-it-20261121-101500\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", nargs="?", help="run directory or run name (default: every submitted run under ./runs)")
+    p.add_argument("--runs-root", default="runs", help="where run names are looked up (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..rundir import RunDir
+    from ..slurm.commands import job_state
+    from ..slurm.jobs import find_run, job_records
+
+    if args.run:
+        runs = [find_run(args.run, args.runs_root)]
+    else:
+        root = Path(args.runs_root)
+        runs = [RunDir(p) for p in sorted(root.iterdir())] if root.is_dir() else []
+    rows = []
+    for run in runs:
+        for record in job_records(run):
+            s = job_state(record.job_id)
+            rows.append((run.path.name, record.job_id, record.cluster, s.state, s.nodes or "-", s.elapsed or "-", str(s.restarts)))
+    if not rows:
+        print("no submitted runs" + (f" in {args.run}" if args.run else f" under {args.runs_root}/"))
+        return 0
+    header = ("RUN", "JOB", "CLUSTER", "STATE", "NODES", "ELAPSED", "RESTARTS")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0

@@ -1,0 +1,56 @@
+"""`supertune submit [CONFIG] --cluster NAME --nodes N [--launcher L] [--time T] [--dry-run] [key=value ...]`"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = (
+    "Create a run directory (resolved config and rendered job script) and submit it to SLURM, printing the job id. "
+    "With --dry-run, print the job script and submit nothing. Without CONFIG: the embedded default run. "
+    "Runs on a login node: no torch import."
+)
+
+
+def epilog() -> str:
+    return (
+        "examples:\n"
+        "  supertune submit run.yaml --cluster leonardo --nodes 4 --launcher srun --time 12:00:00\n"
+        "  supertune submit run.yaml --cluster lumi --nodes 2 --launcher accelerate --dry-run\n"
+        "  supertune submit --cluster local --nodes 2 launch.procs_per_node=1 training.max_steps=50\n"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="run config YAML (default: the embedded default run)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, applied last")
+    p.add_argument("--cluster", help="cluster profile (launch.cluster); see `supertune clusters list`")
+    p.add_argument("--nodes", type=int, help="nodes (launch.nodes)")
+    p.add_argument("--launcher", choices=["torchrun", "accelerate", "deepspeed", "srun"], help="launcher (launch.launcher)")
+    p.add_argument("--time", help="wall-clock limit, HH:MM:SS or D-HH:MM:SS (slurm.time)")
+    p.add_argument("--run-dir", help="run directory (default: <output.runs_root>/<output.name>-<timestamp>)")
+    p.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..clusters import load_profile
+    from ..config import dump_config, load_run_config
+    from ..rundir import create_run_dir
+    from ..slurm.jobs import prepare_job, submit_job
+    from .train_cmd import split_config_and_overrides
+
+    config, overrides = split_config_and_overrides(args)
+    flags = {"launch.cluster": args.cluster, "launch.nodes": args.nodes, "launch.launcher": args.launcher, "slurm.time": args.time}
+    overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
+    cfg = load_run_config(config, overrides)
+    profile = load_profile(cfg.launch.cluster)
+    run_dir = create_run_dir(args.run_dir, cfg.output.name, cfg.output.runs_root, dump_config(cfg))
+    _, script = prepare_job(cfg, profile, run_dir)
+    if args.dry_run:
+        sys.stdout.write(script)
+        print(f"supertune: dry run: script in {run_dir.path / 'job.sbatch'}, nothing submitted", file=sys.stderr)
+        return 0
+    job_id = submit_job(run_dir, profile.name)
+    print(job_id)
+    print(f"supertune: submitted job {job_id}; run dir {run_dir.path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,75 @@
+"""Slurm's own commands (sbatch, squeue, scontrol, scancel), each failure turned into one clear line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..subprocesses import run_captured
+
+__all__ = ["JobState", "submit_script", "job_state", "cancel_job", "requeue_job", "FINISHED_STATES"]
+
+FINISHED_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm says about a job now."""
+
+    job_id: str
+    state: str
+    """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ... or UNKNOWN once Slurm has forgotten the job."""
+    reason: str = ""
+    nodes: str = ""
+    elapsed: str = ""
+    restarts: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+def _check(result, what: str) -> str:
+    if result.returncode == 127:
+        raise UserError(f"{what}: Slurm's commands are not installed here; run on a login node of the cluster")
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip().splitlines()
+        raise UserError(f"{what} failed: {message[-1] if message else f'exit code {result.returncode}'}")
+    return result.stdout
+
+
+def submit_script(script_path: str, workdir: str) -> str:
+    """sbatch a script; returns the job id."""
+    out = _check(run_captured(["sbatch", "--parsable", f"--chdir={workdir}", script_path]), "sbatch")
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise UserError(f"sbatch answered {out.strip()!r} instead of a job id")
+    return job_id
+
+
+def job_state(job_id: str) -> JobState:
+    """The job's state from scontrol (which also knows finished jobs for MinJobAge seconds)."""
+    result = run_captured(["scontrol", "show", "job", "--oneliner", job_id])
+    if result.returncode == 127:
+        _check(result, "scontrol")
+    if result.returncode != 0:
+        return JobState(job_id, "UNKNOWN", reason="Slurm no longer knows this job")
+    fields = dict(part.split("=", 1) for part in result.stdout.split() if "=" in part)
+    return JobState(
+        job_id=job_id,
+        state=fields.get("JobState", "UNKNOWN"),
+        reason=fields.get("Reason", ""),
+        nodes=fields.get("NodeList", ""),
+        elapsed=fields.get("RunTime", ""),
+        restarts=int(fields.get("Restarts", "0") or 0),
+    )
+
+
+def cancel_job(job_id: str) -> None:
+    _check(run_captured(["scancel", job_id]), f"scancel {job_id}")
+
+
+def requeue_job(job_id: str) -> None:
+    _check(run_captured(["scontrol", "requeue", job_id]), f"scontrol requeue {job_id}")

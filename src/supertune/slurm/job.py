@@ -1,0 +1,78 @@
+"""What a SLURM job needs, resolved once from the run config and the cluster profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..clusters.schema import ClusterProfile
+from ..config.schema import RunConfig
+
+__all__ = ["JobSpec", "job_spec"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the job script renderer reads; a pure value, easy to pin in golden files."""
+
+    name: str
+    run_dir: str
+    launcher: str
+    nodes: int
+    procs_per_node: int
+    """Training processes per node: one per GPU, or launch.procs_per_node on CPU nodes."""
+    gpus_per_node: int
+    cpus_per_proc: int
+    time: str
+    partition: str | None
+    account: str | None
+    qos: str | None
+    mem: str | None
+    exclusive: bool
+    extra_args: tuple[str, ...]
+    python: str
+    """Interpreter on the compute nodes: the submitting one (a shared filesystem), or python in a container."""
+    master_port: int | None
+    """Fixed rendezvous port; None derives it from the job id when the job starts."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def tasks_per_node(self) -> int:
+        """srun tasks per node: every process for the srun launcher, one node agent for the others."""
+        return self.procs_per_node if self.launcher == "srun" else 1
+
+    @property
+    def cpus_per_task(self) -> int:
+        return self.cpus_per_proc * (self.procs_per_node // self.tasks_per_node)
+
+
+def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str) -> JobSpec:
+    """Combine the run config (which wins) with the cluster profile (which fills what is left empty)."""
+    la, slurm = cfg.launch, cfg.slurm
+    gpus = la.gpus_per_node if la.gpus_per_node is not None else profile.gpus_per_node
+    procs = gpus if gpus > 0 else (la.procs_per_node or 1)
+    if gpus > 0:
+        cpus = profile.cpus_per_gpu
+    else:
+        cpus = max(1, profile.cpus_per_node // procs)
+    in_container = profile.container.runtime != "none" and profile.container.image
+    return JobSpec(
+        name=cfg.output.name,
+        run_dir=run_dir,
+        launcher=la.launcher,
+        nodes=la.nodes,
+        procs_per_node=procs,
+        gpus_per_node=gpus,
+        cpus_per_proc=cpus,
+        time=slurm.time,
+        partition=slurm.partition or profile.partition,
+        account=slurm.account or profile.account,
+        qos=slurm.qos or profile.qos,
+        mem=slurm.mem,
+        exclusive=slurm.exclusive,
+        extra_args=tuple(slurm.extra_args),
+        python="python3" if in_container else python,
+        master_port=la.master_port,
+    )

@@ -1,0 +1,82 @@
+"""A run's SLURM jobs: prepare the run directory, submit, and find the jobs and logs again later."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..clusters.schema import ClusterProfile
+from ..config.schema import RunConfig
+from ..errors import UserError
+from ..rundir import RunDir
+from .commands import submit_script
+from .job import JobSpec, job_spec
+from .launchers import ACCELERATE_CONFIG, accelerate_config
+from .script import LOG_DIR, render_sbatch
+
+__all__ = ["JobRecord", "prepare_job", "submit_job", "job_records", "find_run", "log_files", "SCRIPT_FILE"]
+
+SCRIPT_FILE = "job.sbatch"
+JOBS_FILE = "jobs.jsonl"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One submission of a run."""
+
+    job_id: str
+    cluster: str
+    submitted_at: float
+
+
+def prepare_job(cfg: RunConfig, profile: ClusterProfile, run: RunDir) -> tuple[JobSpec, str]:
+    """Render the job script into the run dir (and the launcher's own files); returns (spec, script)."""
+    job = job_spec(cfg, profile, str(run.path), sys.executable)
+    script = render_sbatch(job, profile)
+    (run.path / LOG_DIR).mkdir(exist_ok=True)
+    (run.path / SCRIPT_FILE).write_text(script, encoding="utf-8")
+    if job.launcher == "accelerate":
+        precision = "bf16" if cfg.training.bf16 else "fp16" if cfg.training.fp16 else "no"
+        (run.path / ACCELERATE_CONFIG).write_text(accelerate_config(job, precision), encoding="utf-8")
+    return job, script
+
+
+def submit_job(run: RunDir, cluster: str) -> str:
+    """sbatch the run's script and record the job id in the run dir."""
+    job_id = submit_script(str(run.path / SCRIPT_FILE), str(run.path))
+    record = {"job_id": job_id, "cluster": cluster, "submitted_at": time.time()}
+    with (run.path / JOBS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    return job_id
+
+
+def job_records(run: RunDir) -> list[JobRecord]:
+    path = run.path / JOBS_FILE
+    if not path.exists():
+        return []
+    return [JobRecord(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def find_run(ref: str, runs_root: str = "runs") -> RunDir:
+    """A run directory from a path, or from a run name (or unique prefix) under runs_root."""
+    path = Path(ref).expanduser()
+    if (path / "config.yaml").is_file():
+        return RunDir(path.absolute())
+    root = Path(runs_root)
+    candidates = sorted(p for p in root.glob(f"{ref}*") if (p / "config.yaml").is_file()) if root.is_dir() else []
+    exact = [p for p in candidates if p.name == ref]
+    if exact or len(candidates) == 1:
+        return RunDir((exact or candidates)[0].absolute())
+    if candidates:
+        names = ", ".join(p.name for p in candidates[:5])
+        raise UserError(f"RUN: {ref!r} matches several runs ({names}); give the whole name or the path")
+    raise UserError(f"RUN: {ref!r} is not a run directory (no config.yaml) nor a run name under {str(root)!r}")
+
+
+def log_files(run: RunDir, job_id: str) -> list[Path]:
+    """The job's stdout and stderr files (named %x-%j.out/.err by the script header)."""
+    logs = run.path / LOG_DIR
+    return sorted(logs.glob(f"*-{job_id}.out")) + sorted(logs.glob(f"*-{job_id}.err"))

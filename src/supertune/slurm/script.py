@@ -1,0 +1,142 @@
+"""The job script of a run, rendered by a pure function: same inputs, same text (golden-file tested).
+
+Layout: #SBATCH header, strict shell mode, modules, environment, rendezvous address, the launcher
+step. Values that came from a user or a profile are quoted (`shell.quote`), or pass through
+`shell.sbatch_value` in the header, or `shell.env_value` for environment values.
+"""
+
+from __future__ import annotations
+
+from ..clusters.schema import ClusterProfile
+from ..launch.environment import PORT_BASE, PORT_SPAN
+from .job import JobSpec
+from .launchers import HOSTFILE, step_command
+from .shell import env_value, join, quote, sbatch_value
+
+__all__ = ["render_sbatch", "container_words", "LOG_DIR"]
+
+LOG_DIR = "logs"
+
+
+def render_sbatch(job: JobSpec, profile: ClusterProfile) -> str:
+    """The complete sbatch script of `job` on the cluster `profile`."""
+    sections = [
+        _header(job),
+        "set -euo pipefail",
+        _modules(profile),
+        _environment(job, profile),
+        _rendezvous(job),
+        _step(job, profile),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _header(job: JobSpec) -> str:
+    logs = f"{job.run_dir}/{LOG_DIR}"
+    options: list[tuple[str, object | None]] = [
+        ("job-name", sbatch_value("output.name", job.name)),
+        ("nodes", job.nodes),
+        ("ntasks-per-node", job.tasks_per_node),
+        ("cpus-per-task", job.cpus_per_task),
+        ("gpus-per-node", job.gpus_per_node or None),
+        ("time", sbatch_value("slurm.time", job.time)),
+        ("partition", job.partition and sbatch_value("slurm.partition", job.partition)),
+        ("account", job.account and sbatch_value("slurm.account", job.account)),
+        ("qos", job.qos and sbatch_value("slurm.qos", job.qos)),
+        ("mem", job.mem and sbatch_value("slurm.mem", job.mem)),
+        ("output", sbatch_value("--run-dir", f"{logs}/%x-%j.out")),
+        ("error", sbatch_value("--run-dir", f"{logs}/%x-%j.err")),
+        ("open-mode", "append"),
+    ]
+    lines = [
+        "#!/bin/bash",
+        f"# Job script of the supertune run in {_comment(job.run_dir)}.",
+        "# Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
+    ]
+    lines += [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+    if job.exclusive:
+        lines.append("#SBATCH --exclusive")
+    lines += [f"#SBATCH {sbatch_value('slurm.extra_args', arg)}" for arg in job.extra_args]
+    return "\n".join(lines)
+
+
+def _comment(text: str) -> str:
+    return text.replace("\n", " ").replace("\r", " ")
+
+
+def _modules(profile: ClusterProfile) -> str:
+    if not profile.modules and not profile.module_purge:
+        return ""
+    lines = [f"# Software stack of the cluster profile {quote(profile.name)}"]
+    if profile.module_purge:
+        lines.append("module purge")
+    if profile.modules:
+        lines.append("module load " + " ".join(quote(m) for m in profile.modules))
+    return "\n".join(lines)
+
+
+def _environment(job: JobSpec, profile: ClusterProfile) -> str:
+    lines = ["# Environment of every process (cluster profile, then supertune's own)"]
+    for name, value in profile.env.items():
+        lines.append(f"export {_env_name(name)}={env_value(str(value))}")
+    lines.append(f"export SUPERTUNE_RUN_DIR={quote(job.run_dir)}")
+    # torch's c10d warns about the hostname of every node otherwise; the message is harmless.
+    lines.append('export TORCH_CPP_LOG_LEVEL="${TORCH_CPP_LOG_LEVEL:-ERROR}"')
+    return "\n".join(lines)
+
+
+def _env_name(name: str) -> str:
+    from ..errors import UserError
+
+    if not name.replace("_", "a").isalnum() or name[0].isdigit():
+        raise UserError(f"env: {name!r} is not a valid environment variable name")
+    return name
+
+
+def _rendezvous(job: JobSpec) -> str:
+    if job.master_port is not None:
+        port = quote(job.master_port)
+    else:
+        port = f"$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))"
+    lines = [
+        "# Rendezvous: the first node of the allocation, on a port derived from the job id",
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"MASTER_PORT={port}",
+        "export MASTER_ADDR MASTER_PORT",
+    ]
+    if job.launcher == "deepspeed":
+        lines += [
+            "# The deepspeed launcher's hostfile: every node of the allocation with its process slots",
+            f'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/\\$/ slots={job.procs_per_node}/" > {quote(job.run_dir + "/" + HOSTFILE)}',
+        ]
+    lines.append(
+        'echo "supertune: job ${SLURM_JOB_ID} on ${SLURM_JOB_NUM_NODES} node(s), '
+        f'{job.world_size} processes ({job.launcher}), master ${{MASTER_ADDR}}:${{MASTER_PORT}}"'
+    )
+    return "\n".join(lines)
+
+
+def container_words(profile: ClusterProfile) -> list[str]:
+    """The container prefix of the training command, or nothing when the profile runs on the host."""
+    c = profile.container
+    if c.runtime == "none" or not c.image:
+        return []
+    words = [c.runtime, "exec"]
+    if profile.gpu_vendor == "nvidia":
+        words.append("--nv")
+    elif profile.gpu_vendor == "amd":
+        words.append("--rocm")
+    if c.binds:
+        words += ["--bind", ",".join(c.binds)]
+    return [*words, *c.extra_args, c.image]
+
+
+def _step(job: JobSpec, profile: ClusterProfile) -> str:
+    words, per_node = step_command(job, container_words(profile))
+    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}"]
+    if per_node:
+        # Per-node values ($SLURM_NODEID) must expand on each node, not in this batch shell.
+        command = join(srun) + " bash -c " + quote("exec " + join(words))
+    else:
+        command = join(srun + words)
+    return "# Training: " + job.launcher + "\n" + command
