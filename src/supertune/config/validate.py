@@ -22,6 +22,11 @@ def validate(cfg: RunConfig) -> None:
     _check_data(cfg, problems)
     _check_training(cfg, problems)
     _check_launch(cfg, problems)
+    if not problems:
+        # Only a sound config is worth DeepSpeed's checks (and the cost of importing it).
+        from ..distributed.checks import strategy_problems
+
+        problems += strategy_problems(cfg)
     if problems:
         raise ConfigError(problems)
 

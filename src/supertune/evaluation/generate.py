@@ -9,8 +9,13 @@ from ..config.schema import GenerateConfig
 __all__ = ["generate_text"]
 
 
-def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | None = None) -> str:
-    """Prompt plus continuation, decoded; sampling is seeded so the same call gives the same text."""
+def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | None = None, synced_gpus: bool = False) -> str:
+    """Prompt plus continuation, decoded; sampling is seeded so the same call gives the same text.
+
+    synced_gpus: every process calls this together on a model whose parameters are sharded (ZeRO-3,
+    FSDP); each forward pass gathers them collectively, so all processes keep stepping until the
+    longest generation ends. The same seed gives every process the same text.
+    """
     import torch
 
     text = g.prompt if prompt is None else prompt
@@ -26,6 +31,8 @@ def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | N
     try:
         with torch.no_grad():
             kwargs: dict[str, Any] = {"max_new_tokens": g.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+            if synced_gpus:
+                kwargs["synced_gpus"] = True
             if g.do_sample:
                 kwargs.update(do_sample=True, temperature=g.temperature, top_k=g.top_k or None)
             else:

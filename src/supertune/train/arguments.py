@@ -41,13 +41,17 @@ PASSED_THROUGH = (
 )
 
 
-def training_arguments(cfg: RunConfig, run_dir: Path) -> Any:
-    """The TrainingArguments of a run; checkpoints go to <run dir>/checkpoints."""
+def training_arguments(cfg: RunConfig, run_dir: Path, strategy: dict[str, Any] | None = None) -> Any:
+    """The TrainingArguments of a run; checkpoints go to <run dir>/checkpoints.
+
+    `strategy`: keywords of distributed.strategy (deepspeed=..., or fsdp=... and fsdp_config=...).
+    """
     import torch
     from transformers import TrainingArguments
 
     t = cfg.training
     kwargs: dict[str, Any] = {name: getattr(t, name) for name in PASSED_THROUGH}
+    kwargs.update(strategy or {})
     if t.data_seed is not None:
         kwargs["data_seed"] = t.data_seed
     if t.warmup_steps < 1:
@@ -62,7 +66,9 @@ def training_arguments(cfg: RunConfig, run_dir: Path) -> Any:
         remove_unused_columns=False,
         disable_tqdm=False,
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning is meaningless (and warns) without a GPU
-        # Without use_cpu, accelerate sees no GPU and treats a torchrun job as a single process.
-        use_cpu=not torch.cuda.is_available(),
+        # Without use_cpu, accelerate sees no GPU and treats a torchrun job as a single process. With
+        # DeepSpeed it must stay off: use_cpu makes accelerate drop DeepSpeed for plain DDP (the
+        # process count is repaired afterwards, see supertune.distributed.deepspeed_runtime).
+        use_cpu=not torch.cuda.is_available() and "deepspeed" not in kwargs,
         **kwargs,
     )

@@ -17,6 +17,9 @@ __all__ = ["save_final_model"]
 def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> None:
     """Write <run dir>/model so that AutoModelForCausalLM.from_pretrained loads it with no supertune import."""
     lora = cfg.model.lora
+    # Merging adapters and saving a fresh base read every weight on the main process alone: true
+    # under ddp, zero1 and zero2; zero3 and fsdp shard the weights, and config validation refuses
+    # both there (supertune.distributed.checks).
     if lora.enabled and lora.merge_on_save:
         if env.is_main:
             merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
@@ -24,7 +27,8 @@ def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, 
             tokenizer.save_pretrained(run.model)
         trainer.accelerator.wait_for_everyone()
         return
-    # save_model knows how to gather sharded weights; every rank must call it.
+    # save_model gathers sharded weights (ZeRO-3: stage3_gather_16bit_weights_on_model_save; FSDP: a
+    # full state dict) into one checkpoint written by the main process; every rank must call it.
     trainer.save_model(str(run.model))
     if lora.enabled and env.is_main and (cfg.model.name_or_path is None or cfg.model.from_config):
         _save_fresh_base(trainer, run)

@@ -21,3 +21,5 @@ def setup_logging() -> None:
     hf_logging.set_verbosity_warning() if rank == 0 else hf_logging.set_verbosity_error()
     # Known, harmless, and printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=".*torch.utils._pytree._register_pytree_node.*")
+    # DeepSpeed calls collectives that torch 2.13 renamed; torch warns on every call, every step.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated", category=FutureWarning)

@@ -9,9 +9,10 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..data.pipeline import build_training_data
+from ..distributed.strategy import prepare_process, shards_parameters
 from ..evaluation.generate import generate_text
 from ..evaluation.loss import token_mean_loss
-from ..launch.environment import launch_environment
+from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
 from ..rundir import RunDir, write_json_atomic
@@ -29,21 +30,38 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
 
     started = time.time()
     env = launch_environment()
+    prepare_process(cfg, env)
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
-    trainer = build_trainer(cfg, run, model, tokenizer, data, env)
+    trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size)
     train_out = trainer.train()
+    # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
+    # also make the same number of forward calls, which token_mean_loss guarantees.
     eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
     save_final_model(trainer, tokenizer, cfg, run, env)
     summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started)
+    summary["sharding"] = guard.report
+    sample = _sample(cfg, trainer, tokenizer, env)
     if env.is_main:
-        if cfg.generate.prompt and cfg.generate.max_new_tokens:
-            summary["sample"] = generate_text(trainer.accelerator.unwrap_model(trainer.model), tokenizer, cfg.generate)
+        if sample is not None:
+            summary["sample"] = sample
         write_json_atomic(run.summary, summary)
     return summary
+
+
+def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment) -> str | None:
+    """The generated sample: on the main process alone, or on every process together when the
+    parameters are sharded (a forward pass then needs all of them); only the main one keeps it."""
+    if not (cfg.generate.prompt and cfg.generate.max_new_tokens):
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if shards_parameters(cfg, env):
+        text = generate_text(model, tokenizer, cfg.generate, synced_gpus=True)
+        return text if env.is_main else None
+    return generate_text(model, tokenizer, cfg.generate) if env.is_main else None
 
 
 def _summary(

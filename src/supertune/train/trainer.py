@@ -6,6 +6,8 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..data.pipeline import TrainingData
+from ..distributed.guard import StrategyGuard
+from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir
 from .arguments import training_arguments
@@ -22,19 +24,27 @@ def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
     return t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size * cfg.data.block_size
 
 
-def build_trainer(cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment) -> Any:
+def build_trainer(
+    cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment
+) -> tuple[Any, StrategyGuard]:
+    """The Trainer, and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks."""
     from transformers import Trainer, default_data_collator
 
-    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size))]
+    guard = StrategyGuard(cfg, env.world_size)
+    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard]
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
         callbacks.append(tensorboard_callback(run.tensorboard))
-    return Trainer(
+    args = training_arguments(cfg, run.path, strategy_arguments(cfg, run, model, env))
+    after_training_arguments(cfg, env)
+    trainer = Trainer(
         model=model,
-        args=training_arguments(cfg, run.path),
+        args=args,
         train_dataset=data.train,
         eval_dataset=data.validation,
         data_collator=data.collator or default_data_collator,
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    guard.trainer = trainer
+    return trainer, guard

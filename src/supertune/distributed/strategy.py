@@ -1,0 +1,64 @@
+"""distributed.strategy in a training process: set the process up, and tell TrainingArguments.
+
+ddp is the Trainer's default data parallelism (nothing to add); zero1/2/3 pass DeepSpeed's JSON,
+also written to <run dir>/deepspeed_config.json for the record; fsdp passes FSDP2 settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.schema import RunConfig
+from ..launch.environment import LaunchEnvironment
+from ..rundir import RunDir, write_json_atomic
+from .deepspeed_json import ZERO_STAGES, deepspeed_config
+from .deepspeed_runtime import correct_accelerate_state, start_deepspeed_process
+from .fsdp import fsdp_arguments, refuse_fsdp_without_gpu
+
+__all__ = [
+    "DEEPSPEED_CONFIG_FILE",
+    "uses_deepspeed",
+    "shards_parameters",
+    "prepare_process",
+    "strategy_arguments",
+    "after_training_arguments",
+]
+
+DEEPSPEED_CONFIG_FILE = "deepspeed_config.json"
+
+
+def uses_deepspeed(cfg: RunConfig) -> bool:
+    return cfg.distributed.strategy in ZERO_STAGES
+
+
+def shards_parameters(cfg: RunConfig, env: LaunchEnvironment) -> bool:
+    """True when no rank holds the whole model between forward calls (ZeRO-3, FSDP): every rank must
+    then take part in every forward pass, evaluation and generation included."""
+    return env.distributed and cfg.distributed.strategy in ("zero3", "fsdp")
+
+
+def prepare_process(cfg: RunConfig, env: LaunchEnvironment) -> None:
+    """Before the model is built: refuse what cannot run here, start DeepSpeed's communication."""
+    if cfg.distributed.strategy == "fsdp":
+        refuse_fsdp_without_gpu()
+    elif uses_deepspeed(cfg):
+        start_deepspeed_process(env, cfg.training.ddp_timeout)
+
+
+def strategy_arguments(cfg: RunConfig, run: RunDir, model: Any, env: LaunchEnvironment) -> dict[str, Any]:
+    """TrainingArguments keywords of the strategy; the main process also writes the DeepSpeed JSON."""
+    if uses_deepspeed(cfg):
+        config = deepspeed_config(cfg)
+        if env.is_main:
+            write_json_atomic(run.path / DEEPSPEED_CONFIG_FILE, config)
+        # The dict, not the file: no rank may read the file before the main rank has written it.
+        return {"deepspeed": config}
+    if cfg.distributed.strategy == "fsdp":
+        return fsdp_arguments(cfg, model, env)
+    return {}
+
+
+def after_training_arguments(cfg: RunConfig, env: LaunchEnvironment) -> None:
+    """Between TrainingArguments and the Trainer: repair what accelerate records for DeepSpeed on CPU."""
+    if uses_deepspeed(cfg):
+        correct_accelerate_state(env)

@@ -1,0 +1,236 @@
+"""distributed.strategy without training: the DeepSpeed JSON, the checks before launch, the FSDP settings, the guard."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from supertune.cli.main import main
+from supertune.config.schema import RunConfig
+from supertune.distributed import checks
+from supertune.distributed.deepspeed_json import deepspeed_config, resolved_for_check
+from supertune.errors import UserError
+
+
+def _cfg(strategy: str, offload: str = "none", **training) -> RunConfig:
+    cfg = RunConfig()
+    cfg.distributed.strategy = strategy
+    cfg.distributed.offload = offload
+    if offload == "nvme":
+        cfg.distributed.nvme_path = "/tmp"
+    for key, value in training.items():
+        setattr(cfg.training, key, value)
+    return cfg
+
+
+# --- the JSON: which keys for which stage and offload ---------------------------------------------
+
+AUTO_FROM_TRAINER = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping")
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+def test_training_values_are_left_to_the_trainer(strategy):
+    ds = deepspeed_config(_cfg(strategy))
+    for key in AUTO_FROM_TRAINER:
+        assert ds[key] == "auto"
+    assert ds["bf16"] == {"enabled": "auto"} and ds["fp16"] == {"enabled": "auto"}
+    # derived by DeepSpeed from micro batch x accumulation x processes: right for any process count
+    assert "train_batch_size" not in ds
+    assert ds["zero_optimization"]["stage"] == int(strategy[-1])
+    assert "optimizer" not in ds  # the Trainer's own optimizer (training.optim) runs
+
+
+def test_zero1_is_the_stage_alone():
+    assert deepspeed_config(_cfg("zero1"))["zero_optimization"] == {"stage": 1}
+
+
+def test_zero2_buckets_gradients_and_keeps_parameters_whole():
+    zero = deepspeed_config(_cfg("zero2"))["zero_optimization"]
+    assert zero == {"stage": 2, "contiguous_gradients": True, "overlap_comm": True, "reduce_bucket_size": "auto"}
+
+
+def test_zero3_gathers_a_16bit_model_on_save():
+    zero = deepspeed_config(_cfg("zero3"))["zero_optimization"]
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is True
+    assert zero["stage3_prefetch_bucket_size"] == "auto" and zero["stage3_param_persistence_threshold"] == "auto"
+    assert "offload_optimizer" not in zero and "offload_param" not in zero
+
+
+def test_cpu_offload_moves_the_optimizer_and_with_zero3_the_parameters():
+    z2 = deepspeed_config(_cfg("zero2", "cpu"))
+    assert z2["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert "offload_param" not in z2["zero_optimization"]  # parameters are never partitioned below stage 3
+    assert z2["optimizer"] == {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+    z3 = deepspeed_config(_cfg("zero3", "cpu"))["zero_optimization"]
+    assert z3["offload_param"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_nvme_offload_names_the_directory():
+    zero = deepspeed_config(_cfg("zero3", "nvme"))["zero_optimization"]
+    for key in ("offload_optimizer", "offload_param"):
+        assert zero[key] == {"device": "nvme", "pin_memory": True, "nvme_path": "/tmp"}
+
+
+def test_resolving_auto_uses_the_training_section():
+    cfg = _cfg("zero3", "cpu", per_device_train_batch_size=3, gradient_accumulation_steps=5, max_grad_norm=0.5,
+               learning_rate=1e-4, adam_beta2=0.99, bf16=True)
+    ds = resolved_for_check(deepspeed_config(cfg), cfg)
+    assert "auto" not in repr(ds)
+    assert ds["train_micro_batch_size_per_gpu"] == 3 and ds["gradient_accumulation_steps"] == 5
+    assert ds["gradient_clipping"] == 0.5 and ds["bf16"] == {"enabled": True} and ds["fp16"] == {"enabled": False}
+    assert ds["optimizer"]["params"]["lr"] == 1e-4 and ds["optimizer"]["params"]["betas"] == [0.9, 0.99]
+
+
+# --- checks before launch, with DeepSpeed's own classes ---------------------------------------------
+
+@pytest.mark.parametrize("strategy,offload", [("zero1", "none"), ("zero2", "none"), ("zero3", "none"), ("zero1", "cpu"),
+                                              ("zero2", "cpu"), ("zero3", "cpu")])
+def test_deepspeed_accepts_every_generated_config(strategy, offload):
+    assert checks.strategy_problems(_cfg(strategy, offload)) == []
+
+
+def test_what_deepspeed_rejects_becomes_one_line(monkeypatch):
+    monkeypatch.setattr(checks, "deepspeed_config", lambda cfg: {"zero_optimization": {"stage": 9}})
+    problems = checks.strategy_problems(_cfg("zero2"))
+    assert len(problems) == 1 and "\n" not in problems[0]
+    assert problems[0].startswith("distributed.strategy: DeepSpeed rejects this zero2 setup: ")
+
+
+def test_checks_leave_no_deepspeed_setting_behind():
+    import os
+
+    checks.strategy_problems(_cfg("zero2"))
+    assert "DS_ACCELERATOR" not in os.environ  # it would reach a submitted GPU job
+
+
+def _aio_buildable() -> bool:
+    with checks._quiet_deepspeed():
+        builder = checks._accelerator().create_op_builder("AsyncIOBuilder")
+        return builder is not None and builder.is_compatible(verbose=False)
+
+
+def _fp16_supported() -> bool:
+    with checks._quiet_deepspeed():
+        return bool(checks._accelerator().is_fp16_supported())
+
+
+REFUSED = [
+    (["distributed.strategy=zero2", "distributed.offload=cpu", "training.optim=adafactor"], "training.optim: adafactor cannot run under distributed.offload=cpu"),
+    (["distributed.strategy=zero3", "model.lora.enabled=true", "model.lora.merge_on_save=true", "model.name_or_path=gpt2"],
+     "model.lora.merge_on_save: not supported with distributed.strategy=zero3"),
+    (["distributed.strategy=zero3", "model.lora.enabled=true"], "model.lora.enabled: adapters on fresh weights need the base model saved too"),
+    # already refused by the schema checks, listed here so that the whole family stays covered
+    (["distributed.strategy=ddp", "distributed.offload=cpu"], "distributed.offload: cpu offload is a DeepSpeed ZeRO feature"),
+    (["distributed.strategy=zero3", "distributed.offload=nvme"], "distributed.nvme_path: offload nvme needs a fast local directory"),
+    (["distributed.strategy=zero2", "distributed.offload=nvme", "distributed.nvme_path=/tmp"], "nvme offload needs distributed.strategy zero3"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_bad_combinations_give_one_clear_line(capsys, args, expected):
+    code = main(["config", "show", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert expected in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="DeepSpeed's CPU accelerator only")
+def test_deepspeed_says_what_this_machine_cannot_do(capsys):
+    if _aio_buildable():
+        pytest.skip("DeepSpeed's async_io op builds here")
+    code = main(["config", "show", "distributed.strategy=zero3", "distributed.offload=nvme", "distributed.nvme_path=/tmp"])
+    err = capsys.readouterr().err
+    assert code == 2 and "distributed.offload: nvme needs DeepSpeed's async_io op" in err and "libaio" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="DeepSpeed's CPU accelerator only")
+def test_fp16_on_an_accelerator_without_it_is_refused(capsys):
+    if _fp16_supported():
+        pytest.skip("this CPU does fp16")
+    code = main(["config", "show", "distributed.strategy=zero2", "training.fp16=true"])
+    assert code == 2 and "training.fp16: DeepSpeed's cpu accelerator does not support fp16" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only without GPUs")
+def test_fsdp_without_gpus_is_refused_before_anything_starts(capsys):
+    code = main(["config", "show", "distributed.strategy=fsdp"])
+    err = capsys.readouterr().err
+    assert code == 2 and "distributed.strategy: fsdp needs GPUs" in err and "zero3" in err
+
+
+# --- FSDP settings (what a GPU run would get) and the guard ----------------------------------------
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=2))
+
+
+@pytest.mark.parametrize("sharding,reshard", [("full", True), ("shard_grad_op", False), ("hybrid", True), ("hybrid_zero2", False)])
+def test_fsdp_settings_reach_accelerate(sharding, reshard):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from transformers import TrainingArguments
+
+    from supertune.distributed.fsdp import fsdp_arguments
+    from supertune.launch.environment import LaunchEnvironment
+
+    cfg = _cfg("fsdp")
+    cfg.distributed.fsdp.sharding = sharding
+    cfg.distributed.fsdp.cpu_offload = True
+    two_nodes = LaunchEnvironment(rank=0, world_size=8, local_world_size=4, num_nodes=2)
+    kwargs = fsdp_arguments(cfg, _tiny_llama(), two_nodes)
+    if sharding.startswith("hybrid"):
+        pc = kwargs.pop("parallelism_config")
+        assert (pc.dp_replicate_size, pc.dp_shard_size) == (2, 4)  # replicated across nodes, sharded within
+    else:
+        assert "parallelism_config" not in kwargs
+    args = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[], **kwargs)
+    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is reshard
+    assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]  # one unit per decoder layer
+    assert "FULL_STATE_DICT" in str(plugin.state_dict_type) and plugin.cpu_offload
+
+
+def test_hybrid_with_one_process_per_node_is_refused():
+    from supertune.distributed.fsdp import fsdp_arguments
+    from supertune.launch.environment import LaunchEnvironment
+
+    cfg = _cfg("fsdp")
+    cfg.distributed.fsdp.sharding = "hybrid"
+    with pytest.raises(UserError, match="distributed.fsdp.sharding: hybrid shards within a node"):
+        fsdp_arguments(cfg, _tiny_llama(), LaunchEnvironment(world_size=2, local_world_size=1, num_nodes=2))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only without GPUs")
+def test_a_process_without_gpus_refuses_fsdp():
+    from supertune.distributed.fsdp import refuse_fsdp_without_gpu
+
+    with pytest.raises(UserError, match="distributed.strategy: fsdp needs GPUs"):
+        refuse_fsdp_without_gpu()
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3", "ddp"])
+def test_guard_stops_a_run_wrapped_otherwise(strategy):
+    """What accelerate does on CPU when FSDP is asked: a plain (or DDP) module. The run must stop."""
+    from supertune.distributed.guard import check_wrapped
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(UserError, match=f"distributed.strategy: {strategy} was asked but the model is wrapped as Linear"):
+        check_wrapped(strategy, model, model, accelerator_processes=2, world_size=2)
+
+
+def test_guard_stops_a_run_that_lost_its_processes():
+    from supertune.distributed.guard import check_wrapped
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(UserError, match="the Trainer sees 1 process\\(es\\) of 2"):
+        check_wrapped("zero2", model, model, accelerator_processes=1, world_size=2)
+
+
+def test_one_process_ddp_needs_no_wrapper():
+    from supertune.distributed.guard import check_wrapped
+
+    model = torch.nn.Linear(2, 2)
+    assert check_wrapped("ddp", model, model, 1, 1)["held_fraction"] == 1.0
