@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 DESCRIPTION = "Print the job log of a run's latest SLURM job (stdout, then stderr); --follow keeps printing until the job ends."
 
@@ -22,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import codecs
+
     from ..errors import UserError
     from ..slurm.commands import job_state
     from ..slurm.jobs import find_run, job_records, log_files
@@ -33,16 +36,24 @@ def run(args: argparse.Namespace) -> int:
     job_id = args.job or records[-1].job_id
     if args.job and args.job not in {r.job_id for r in records}:
         raise UserError(f"--job: {args.job} is not a job of {run_dir.path}")
-    offsets: dict[str, int] = {}
+    offsets: dict[Path, int] = {}
+    # Incremental decoders: a read may end inside a multi-byte character (progress bars draw with them).
+    decoders: dict[Path, codecs.IncrementalDecoder] = {}
     while True:
-        finished = job_state(job_id).finished if args.follow else True
+        state = job_state(job_id) if args.follow else None
         for path in log_files(run_dir, job_id):
-            data = path.read_bytes()
-            start = offsets.get(str(path), 0)
-            if len(data) > start:
-                sys.stdout.write(data[start:].decode("utf-8", errors="replace"))
+            with path.open("rb") as f:
+                f.seek(offsets.get(path, 0))
+                data = f.read()
+            offsets[path] = offsets.get(path, 0) + len(data)
+            decoder = decoders.setdefault(path, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+            text = decoder.decode(data, final=state is None or state.finished)
+            if text:
+                sys.stdout.write(text)
                 sys.stdout.flush()
-            offsets[str(path)] = len(data)
-        if finished:
+        if not offsets and (state is None or state.finished):
+            state = state or job_state(job_id)
+            print(f"supertune: job {job_id} has no log in {run_dir.path / 'logs'} ({state.state})", file=sys.stderr)
+        if state is None or state.finished:
             return 0
         time.sleep(args.poll)

@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     for run in runs:
         for record in job_records(run):
             s = job_state(record.job_id)
-            rows.append((run.path.name, record.job_id, record.cluster, s.state, s.nodes or "-", s.elapsed or "-", str(s.restarts)))
+            # A pending job's reason (Resources, Priority, QOSMaxJobsPerUserLimit, ...) says what it waits for.
+            state = f"{s.state} ({s.reason})" if s.state == "PENDING" and s.reason not in ("", "None") else s.state
+            rows.append((run.path.name, record.job_id, record.cluster, state, s.nodes or "-", s.elapsed or "-", str(s.restarts)))
     if not rows:
         print("no submitted runs" + (f" in {args.run}" if args.run else f" under {args.runs_root}/"))
         return 0

@@ -33,10 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..clusters import load_profile
     from ..config import dump_config, load_run_config
     from ..rundir import create_run_dir
-    from ..slurm.jobs import prepare_job, submit_job
+    from ..slurm.jobs import prepare_job, render_job, submit_job
     from .train_cmd import split_config_and_overrides
 
     config, overrides = split_config_and_overrides(args)
@@ -44,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
     cfg = load_run_config(config, overrides)
     profile = load_profile(cfg.launch.cluster)
+    # Render once before creating anything, so that a value the job script cannot hold leaves no
+    # half-made run directory behind. A default run dir gets its timestamp later: digits and '-'
+    # only, which change nothing about quoting.
+    planned = args.run_dir or str(Path(cfg.output.runs_root) / f"{cfg.output.name}-00000000-000000")
+    render_job(cfg, profile, str(Path(planned).expanduser().absolute()))
     run_dir = create_run_dir(args.run_dir, cfg.output.name, cfg.output.runs_root, dump_config(cfg))
     _, script = prepare_job(cfg, profile, run_dir)
     if args.dry_run:

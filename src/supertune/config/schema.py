@@ -238,7 +238,7 @@ class SlurmConfig:
     qos: str | None = None
     """Quality of service; empty: the cluster profile's."""
     mem: str | None = None
-    """Memory per node, e.g. 480G; empty: the cluster profile's (or Slurm's default)."""
+    """Memory per node, e.g. 480G; empty: Slurm's default for the partition."""
     exclusive: bool = False
     """Ask for whole nodes."""
     extra_args: list[str] = field(default_factory=list)

@@ -2,7 +2,9 @@
 
 Sources, first match wins:
 1. torchrun, `accelerate launch` and the deepspeed launcher: RANK, LOCAL_RANK, WORLD_SIZE,
-   MASTER_ADDR, MASTER_PORT (and GROUP_RANK / NODE_RANK, LOCAL_WORLD_SIZE when set);
+   MASTER_ADDR, MASTER_PORT, and the node's place where the launcher says it: GROUP_RANK and
+   LOCAL_WORLD_SIZE (torchrun, and accelerate, which runs torchrun), or CROSS_RANK, CROSS_SIZE and
+   LOCAL_SIZE (the deepspeed launcher);
 2. a SLURM job step started by srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_NODEID,
    SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST (expanded with python-hostlist; the first host is the
    master) and a port derived from SLURM_JOB_ID: no rendezvous server at all, which is what lets
@@ -44,6 +46,8 @@ class LaunchEnvironment:
     """SLURM job id when inside a job."""
     device_index: int = 0
     """Accelerator index for this process: 0 when the task sees exactly one device, else local_rank."""
+    elastic_agent: bool = False
+    """Whether a torchrun agent (torchrun itself, or accelerate's) started and watches this process."""
 
     @property
     def is_main(self) -> bool:
@@ -122,27 +126,35 @@ def _from_torchrun(env: Mapping[str, str]) -> LaunchEnvironment | None:
         return None
     local_rank = _int(env, "LOCAL_RANK", default=0) or 0
     world = int(env["WORLD_SIZE"])
-    local_world = _int(env, "LOCAL_WORLD_SIZE", default=world) or world
+    local_world = _int(env, "LOCAL_WORLD_SIZE", "LOCAL_SIZE", default=world) or world
     return LaunchEnvironment(
         rank=int(env["RANK"]),
         local_rank=local_rank,
         world_size=world,
         local_world_size=local_world,
-        node_rank=_int(env, "GROUP_RANK", "NODE_RANK", default=0) or 0,
-        num_nodes=max(1, world // max(local_world, 1)),
+        node_rank=_int(env, "GROUP_RANK", "CROSS_RANK", "NODE_RANK", default=0) or 0,
+        num_nodes=_int(env, "CROSS_SIZE", default=None) or max(1, world // max(local_world, 1)),
         master_addr=env.get("MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT"),
         launcher="torchrun",
         job_id=env.get("SLURM_JOB_ID"),
         device_index=_device_index(env, local_rank),
+        # torchrun's agents give their workers the rendezvous run id; the deepspeed launcher does not.
+        elastic_agent="TORCHELASTIC_RUN_ID" in env,
     )
 
 
+# Steps that are not srun tasks of the job: a batch script, the extern step, salloc's interactive
+# shell (by name, or by Slurm's numeric ids for them).
+_NOT_TASK_STEPS = frozenset({"batch", "extern", "interactive", "4294967293", "4294967294", "4294967295"})
+
+
 def _from_slurm_step(env: Mapping[str, str]) -> LaunchEnvironment | None:
-    # SLURM_PROCID is also set (to 0) in the batch script itself; only a step started by srun
-    # (SLURM_STEP_ID set, and not the batch or extern step) describes a rank of the job.
-    step = env.get("SLURM_STEP_ID")
-    if "SLURM_PROCID" not in env or step in (None, "", "batch", "extern", "4294967294", "4294967295"):
+    # SLURM_PROCID is also set (to 0) in the batch script itself, which has no SLURM_STEP_ID (checked
+    # on the test cluster: a batch script sees SLURM_PROCID=0 and no step id; an srun task sees
+    # SLURM_STEP_ID=0 and its SLURM_STEPID alias). Only an srun task describes a rank of the job.
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if "SLURM_PROCID" not in env or not step or step in _NOT_TASK_STEPS:
         return None
     job_id = env.get("SLURM_JOB_ID")
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""

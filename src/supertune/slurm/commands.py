@@ -28,7 +28,8 @@ class JobState:
 
     @property
     def finished(self) -> bool:
-        return self.state in FINISHED_STATES
+        # UNKNOWN: Slurm forgot the job (MinJobAge after its end), so it ended long ago.
+        return self.state in FINISHED_STATES or self.state == "UNKNOWN"
 
 
 def _check(result, what: str) -> str:
@@ -52,10 +53,10 @@ def submit_script(script_path: str, workdir: str) -> str:
 def job_state(job_id: str) -> JobState:
     """The job's state from scontrol (which also knows finished jobs for MinJobAge seconds)."""
     result = run_captured(["scontrol", "show", "job", "--oneliner", job_id])
-    if result.returncode == 127:
-        _check(result, "scontrol")
-    if result.returncode != 0:
+    if result.returncode != 0 and "invalid job id" in (result.stderr + result.stdout).lower():
         return JobState(job_id, "UNKNOWN", reason="Slurm no longer knows this job")
+    # Anything else (no Slurm here, no answer from the controller) is an error, not a job state.
+    _check(result, f"scontrol show job {job_id}")
     fields = dict(part.split("=", 1) for part in result.stdout.split() if "=" in part)
     return JobState(
         job_id=job_id,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
+from ..errors import UserError
 
 __all__ = ["JobSpec", "job_spec"]
 
@@ -67,12 +69,31 @@ def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str)
         gpus_per_node=gpus,
         cpus_per_proc=cpus,
         time=slurm.time,
-        partition=slurm.partition or profile.partition,
-        account=slurm.account or profile.account,
-        qos=slurm.qos or profile.qos,
-        mem=slurm.mem,
+        partition=_scheduler_name("partition", slurm.partition, profile.partition),
+        account=_scheduler_name("account", slurm.account, profile.account),
+        qos=_scheduler_name("qos", slurm.qos, profile.qos),
+        mem=_memory(slurm.mem),
         exclusive=slurm.exclusive,
         extra_args=tuple(slurm.extra_args),
         python="python3" if in_container else python,
         master_port=la.master_port,
     )
+
+
+# What Slurm accepts as partition, account and QOS names (a partition may also be a list: a,b).
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,:+@-]+$")
+_MEMORY = re.compile(r"^[0-9]+[KMGT]?$")
+
+
+def _scheduler_name(key: str, own: str | None, profile_value: str | None) -> str | None:
+    # Checked here rather than left to sbatch: a bad value then fails at once, naming the key to fix.
+    value, field = (own, f"slurm.{key}") if own else (profile_value, f"cluster profile {key}")
+    if value and not _SLURM_NAME.match(value):
+        raise UserError(f"{field}: {value!r} is not a Slurm name (letters, digits, _ . , : + @ -)")
+    return value or None
+
+
+def _memory(mem: str | None) -> str | None:
+    if mem and not _MEMORY.match(mem):
+        raise UserError(f"slurm.mem: {mem!r} is not a Slurm memory size; write e.g. 480G or 64000M")
+    return mem or None

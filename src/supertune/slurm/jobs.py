@@ -17,7 +17,7 @@ from .job import JobSpec, job_spec
 from .launchers import ACCELERATE_CONFIG, accelerate_config
 from .script import LOG_DIR, render_sbatch
 
-__all__ = ["JobRecord", "prepare_job", "submit_job", "job_records", "find_run", "log_files", "SCRIPT_FILE"]
+__all__ = ["JobRecord", "render_job", "prepare_job", "submit_job", "job_records", "find_run", "log_files", "SCRIPT_FILE"]
 
 SCRIPT_FILE = "job.sbatch"
 JOBS_FILE = "jobs.jsonl"
@@ -32,10 +32,16 @@ class JobRecord:
     submitted_at: float
 
 
+def render_job(cfg: RunConfig, profile: ClusterProfile, run_dir: str) -> tuple[JobSpec, str]:
+    """The job and its script for a run in `run_dir`, writing nothing: a value the script cannot
+    hold fails here (UserError naming it) before any directory exists."""
+    job = job_spec(cfg, profile, run_dir, sys.executable)
+    return job, render_sbatch(job, profile)
+
+
 def prepare_job(cfg: RunConfig, profile: ClusterProfile, run: RunDir) -> tuple[JobSpec, str]:
     """Render the job script into the run dir (and the launcher's own files); returns (spec, script)."""
-    job = job_spec(cfg, profile, str(run.path), sys.executable)
-    script = render_sbatch(job, profile)
+    job, script = render_job(cfg, profile, str(run.path))
     (run.path / LOG_DIR).mkdir(exist_ok=True)
     (run.path / SCRIPT_FILE).write_text(script, encoding="utf-8")
     if job.launcher == "accelerate":

@@ -26,7 +26,7 @@ MASTER_PORT = Expand("${MASTER_PORT}")
 NODE_RANK = Expand("${SLURM_NODEID}")
 
 
-def step_command(job: JobSpec, container: list[str]) -> tuple[list[object], bool]:
+def step_command(job: JobSpec, container: list[object]) -> tuple[list[object], bool]:
     """(words run by srun on each task, whether they must run under `bash -c` to expand per-node variables)."""
     python = [*container, job.python]
     if job.launcher == "srun":

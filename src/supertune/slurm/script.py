@@ -7,11 +7,13 @@ step. Values that came from a user or a profile are quoted (`shell.quote`), or p
 
 from __future__ import annotations
 
+import re
+
 from ..clusters.schema import ClusterProfile
 from ..launch.environment import PORT_BASE, PORT_SPAN
 from .job import JobSpec
 from .launchers import HOSTFILE, step_command
-from .shell import env_value, join, quote, sbatch_value
+from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 
 __all__ = ["render_sbatch", "container_words", "LOG_DIR"]
 
@@ -32,7 +34,7 @@ def render_sbatch(job: JobSpec, profile: ClusterProfile) -> str:
 
 
 def _header(job: JobSpec) -> str:
-    logs = f"{job.run_dir}/{LOG_DIR}"
+    logs = slurm_filename("--run-dir", job.run_dir) + "/" + LOG_DIR
     options: list[tuple[str, object | None]] = [
         ("job-name", sbatch_value("output.name", job.name)),
         ("nodes", job.nodes),
@@ -67,11 +69,16 @@ def _comment(text: str) -> str:
 def _modules(profile: ClusterProfile) -> str:
     if not profile.modules and not profile.module_purge:
         return ""
-    lines = [f"# Software stack of the cluster profile {quote(profile.name)}"]
+    lines = [
+        f"# Software stack of the cluster profile {_comment(profile.name)}",
+        "# (module scripts may read unset variables, which strict mode would turn into a failure)",
+        "set +u",
+    ]
     if profile.module_purge:
         lines.append("module purge")
     if profile.modules:
         lines.append("module load " + " ".join(quote(m) for m in profile.modules))
+    lines.append("set -u")
     return "\n".join(lines)
 
 
@@ -79,17 +86,26 @@ def _environment(job: JobSpec, profile: ClusterProfile) -> str:
     lines = ["# Environment of every process (cluster profile, then supertune's own)"]
     for name, value in profile.env.items():
         lines.append(f"export {_env_name(name)}={env_value(str(value))}")
+    if "OMP_NUM_THREADS" not in profile.env:
+        # One thread per core of each process. Left unset, torch (or accelerate) starts as many threads
+        # as the node has cores in every process, and N processes then fight over the same cores
+        # (on the 2-core test node, 8 steps took 16 s instead of 1 s). Set here, not inherited from
+        # the shell that submitted.
+        lines.append(f"export OMP_NUM_THREADS={job.cpus_per_proc}")
     lines.append(f"export SUPERTUNE_RUN_DIR={quote(job.run_dir)}")
     # torch's c10d warns about the hostname of every node otherwise; the message is harmless.
     lines.append('export TORCH_CPP_LOG_LEVEL="${TORCH_CPP_LOG_LEVEL:-ERROR}"')
     return "\n".join(lines)
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _env_name(name: str) -> str:
     from ..errors import UserError
 
-    if not name.replace("_", "a").isalnum() or name[0].isdigit():
-        raise UserError(f"env: {name!r} is not a valid environment variable name")
+    if not _ENV_NAME.match(name):
+        raise UserError(f"env.{_comment(name)}: not an environment variable name (letters, digits and _, not starting with a digit)")
     return name
 
 
@@ -100,7 +116,8 @@ def _rendezvous(job: JobSpec) -> str:
         port = f"$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))"
     lines = [
         "# Rendezvous: the first node of the allocation, on a port derived from the job id",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        "# (sed reads the whole list: with head, scontrol could die of SIGPIPE, which pipefail makes fatal)",
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={port}",
         "export MASTER_ADDR MASTER_PORT",
     ]
@@ -116,7 +133,7 @@ def _rendezvous(job: JobSpec) -> str:
     return "\n".join(lines)
 
 
-def container_words(profile: ClusterProfile) -> list[str]:
+def container_words(profile: ClusterProfile) -> list[object]:
     """The container prefix of the training command, or nothing when the profile runs on the host."""
     c = profile.container
     if c.runtime == "none" or not c.image:
@@ -127,16 +144,21 @@ def container_words(profile: ClusterProfile) -> list[str]:
     elif profile.gpu_vendor == "amd":
         words.append("--rocm")
     if c.binds:
-        words += ["--bind", ",".join(c.binds)]
-    return [*words, *c.extra_args, c.image]
+        words += ["--bind", Expand(",".join(c.binds))]
+    # Paths may name variables ($USER, $SCRATCH) that must expand when the job runs.
+    return [*words, *(Expand(a) for a in c.extra_args), Expand(c.image)]
 
 
 def _step(job: JobSpec, profile: ClusterProfile) -> str:
     words, per_node = step_command(job, container_words(profile))
-    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}"]
+    # --cpus-per-task again: srun of Slurm 22.05 to 23.02 does not take it over from the job, and
+    # would confine each launcher agent and all of its processes to one core.
+    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}", f"--cpus-per-task={job.cpus_per_task}"]
+    lines = ["# Training: " + job.launcher]
     if per_node:
         # Per-node values ($SLURM_NODEID) must expand on each node, not in this batch shell.
-        command = join(srun) + " bash -c " + quote("exec " + join(words))
+        lines.append("# shellcheck disable=SC2016  # the ${...} in single quotes expand in bash -c on each node")
+        lines.append(join(srun) + " bash -c " + quote("exec " + join(words)))
     else:
-        command = join(srun + words)
-    return "# Training: " + job.launcher + "\n" + command
+        lines.append(join(srun + words))
+    return "\n".join(lines)

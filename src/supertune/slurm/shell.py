@@ -12,15 +12,17 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 
-__all__ = ["Expand", "quote", "join", "env_value", "sbatch_value"]
+__all__ = ["Expand", "quote", "join", "env_value", "sbatch_value", "slurm_filename"]
 
 _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# Characters sbatch's #SBATCH reader leaves alone outside quotes.
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+$")
 
 
 @dataclass(frozen=True)
 class Expand:
     """A word whose $NAME / ${NAME} references expand when the script runs (e.g. SLURM_NODEID on each
-    node); everything else in it stays literal. Built by supertune itself, never from user values."""
+    node, or $USER in a profile's image path); everything else in it stays literal, as in `env_value`."""
 
     text: str
 
@@ -52,16 +54,27 @@ def _escape_double(text: str) -> str:
 
 
 def sbatch_value(field: str, value: object) -> str:
-    """A value for an #SBATCH line. sbatch reads such a line itself (no shell): it splits on blanks and
-    strips one pair of quotes, with no escapes, so a value needs quotes only around blanks and can never
-    hold a line break or both kinds of quote."""
+    """A value for an #SBATCH line, read back by sbatch exactly as given.
+
+    sbatch reads such a line itself, not through a shell: a blank ends the value unless quoted, an
+    unquoted # starts a comment, quotes are removed, and a backslash makes the next character plain
+    (also inside quotes). So: plain text as is, anything else in double quotes with \\ and " escaped.
+    A line break cannot be expressed at all.
+    """
     text = str(value)
     if any(c in text for c in "\n\r\0"):
         raise UserError(f"{field}: {text!r} contains a line break, which a job script header cannot hold")
-    if not re.search(r"[\s'\"#]", text):
+    if _SBATCH_PLAIN.match(text):
         return text
-    if '"' not in text:
-        return f'"{text}"'
-    if "'" not in text:
-        return f"'{text}'"
-    raise UserError(f"{field}: {text!r} holds both quote characters, which an #SBATCH line cannot express")
+    return '"' + re.sub(r'([\\"])', r"\\\1", text) + '"'
+
+
+def slurm_filename(field: str, path: str) -> str:
+    """`path` as the literal part of an --output/--error pattern: Slurm replaces %x, %j, ... there.
+
+    %% stands for one %. A backslash anywhere switches every replacement off (and is dropped), so the
+    log would not be named after the job: refused.
+    """
+    if "\\" in path:
+        raise UserError(f"{field}: {path!r} contains a backslash, which Slurm's log file names cannot hold; choose another directory")
+    return path.replace("%", "%%")

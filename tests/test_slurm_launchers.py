@@ -1,0 +1,215 @@
+"""Every launcher through real `supertune submit --cluster local` on the Slurm test clusters: 1 node x
+2 processes and 2 nodes x 1 process, each a DDP run of the tiny default model whose per-step losses
+and final eval loss must equal a local `supertune train --nproc 2` run's at the same global batch.
+
+All eight jobs are submitted at once (each cluster runs its own queue, one job at a time on its 2
+CPUs) and shared by the tests below through one module-scoped fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cluster.slurm_cluster import SlurmCluster
+
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")
+TOPOLOGIES = {"1x2": (1, 2), "2x1": (2, 1)}  # nodes x processes per node: world size 2 either way
+# The smallest run that still proves it: one decoder layer, 8 logged steps, a short evaluation.
+# Global batch 2 x 8 = 16 sequences everywhere.
+COMMON = [
+    "training.max_steps=8", "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]",
+    "generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=8", "data.max_eval_samples=64",
+]
+TOLERANCE = 1e-4  # DDP: same data, same seeds, only the reduction order may differ
+JOB_TIMEOUT = 420.0
+
+
+@dataclass
+class Run:
+    """One finished run: where it is, its per-step losses and summary, and (for a job) its log."""
+
+    run_dir: Path
+    losses: dict[int, float]
+    summary: dict[str, object]
+    job_id: int | None = None
+    state: str = ""
+    log: str = ""
+    seconds: float = 0.0
+
+
+def supertune(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _client_env(cluster: SlurmCluster | None, config_dir: Path) -> dict[str, str]:
+    env = dict(cluster.env if cluster else os.environ)
+    env["SUPERTUNE_CONFIG_DIR"] = str(config_dir)  # the shipped local profile, not the tester's own
+    return env
+
+
+def _results(run_dir: Path) -> tuple[dict[int, float], dict[str, object]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    losses = {int(r["step"]): float(r["loss"]) for r in rows if "loss" in r}
+    return losses, json.loads((run_dir / "summary.json").read_text())
+
+
+def _job_log(run_dir: Path, job_id: int) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob(f"*-{job_id}.*")))
+
+
+@pytest.fixture(scope="module")
+def runs(slurm_single: SlurmCluster, slurm_multi: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Keys: "local", and "<launcher>-1x2" / "<launcher>-2x1" for the jobs."""
+    from supertune.defaults.corpus import default_corpus
+    from supertune.defaults.tokenizer import default_tokenizer
+
+    root = tmp_path_factory.mktemp("launchers")
+    config_dir = root / "config"
+    # A user profile over the shipped one, the way a site would adapt it. The two emulated nodes
+    # share this machine's cores: with a thread per core each, their processes spin against each
+    # other (8 steps took 3 to 18 s instead of 0.7 s).
+    (config_dir / "clusters").mkdir(parents=True)
+    (config_dir / "clusters" / "local.yaml").write_text('env:\n  OMP_NUM_THREADS: "1"\n', encoding="utf-8")
+    # Build the cached corpus and tokenizer once, before eight jobs would all build them at once.
+    default_corpus()
+    default_tokenizer()
+
+    submitted: dict[str, tuple[SlurmCluster, int, Path, float]] = {}
+    for topology, (nodes, procs) in TOPOLOGIES.items():
+        cluster = slurm_single if nodes == 1 else slurm_multi
+        for launcher in LAUNCHERS:
+            run_dir = root / f"{launcher}-{topology}"
+            proc = supertune(
+                "submit", "--cluster", "local", "--nodes", str(nodes), "--launcher", launcher, "--run-dir", str(run_dir),
+                f"launch.procs_per_node={procs}", *COMMON, env=_client_env(cluster, config_dir), cwd=root,
+            )
+            assert proc.returncode == 0, proc.stderr
+            submitted[f"{launcher}-{topology}"] = (cluster, int(proc.stdout.strip()), run_dir, time.monotonic())
+
+    local_dir = root / "local"
+    local = supertune("train", "--nproc", "2", "--run-dir", str(local_dir), *COMMON, env=_client_env(None, config_dir), cwd=root, timeout=600)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    out = {"local": Run(local_dir, *_results(local_dir))}
+
+    for key, (cluster, job_id, run_dir, _) in submitted.items():
+        state = cluster.wait(job_id, timeout=JOB_TIMEOUT)
+        log = _job_log(run_dir, job_id)
+        assert state == "COMPLETED", f"{key}: job {job_id} {state}\n{log[-4000:]}"
+        info = cluster.job_info(job_id)
+        seconds = _run_seconds(info.get("RunTime", "0"))
+        out[key] = Run(run_dir, *_results(run_dir), job_id=job_id, state=state, log=log, seconds=seconds)
+    print("\njob run times:", ", ".join(f"{k} {r.seconds:.0f} s" for k, r in out.items() if r.job_id))
+    return out
+
+
+def _run_seconds(runtime: str) -> float:
+    """Slurm's RunTime ([D-]HH:MM:SS) in seconds."""
+    days, _, clock = runtime.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return (int(days or 0) * 24 + h) * 3600 + m * 60 + s
+
+
+JOBS = [f"{launcher}-{topology}" for topology in TOPOLOGIES for launcher in LAUNCHERS]
+
+
+@pytest.mark.parametrize("key", JOBS)
+def test_job_completes_with_two_processes_where_asked(key: str, runs: dict[str, Run], slurm_single: SlurmCluster) -> None:
+    run = runs[key]
+    assert run.summary["world_size"] == 2 and run.summary["train_steps"] == 8
+    # Each process says where it runs: both ranks, each once, on the right hosts.
+    places = re.findall(r"supertune: rank (\d) of (\d) on (\S+) \(node (\d) of (\d)", run.log)
+    assert sorted(p[0] for p in places) == ["0", "1"], run.log[-3000:]
+    assert {p[1] for p in places} == {"2"}
+    hosts = sorted(p[2] for p in places)
+    if key.endswith("2x1"):
+        assert hosts == ["node1", "node2"]
+        assert sorted((p[3], p[4]) for p in places) == [("0", "2"), ("1", "2")]
+    else:
+        assert hosts == [slurm_single.nodes[0]] * 2
+    assert f"supertune: job {run.job_id} on " in run.log
+    assert "Traceback" not in run.log, run.log[-4000:]
+
+
+@pytest.mark.parametrize("key", JOBS)
+def test_losses_equal_the_local_run(key: str, runs: dict[str, Run]) -> None:
+    local, run = runs["local"], runs[key]
+    assert local.summary["world_size"] == 2
+    assert sorted(run.losses) == sorted(local.losses) == list(range(1, 9))
+    worst = max(abs(run.losses[s] - local.losses[s]) for s in local.losses)
+    assert worst <= TOLERANCE, (worst, run.losses, local.losses)
+    assert abs(float(run.summary["eval_loss"]) - float(local.summary["eval_loss"])) <= TOLERANCE
+    assert run.summary["train_tokens"] == local.summary["train_tokens"]
+
+
+def test_launchers_agree_with_each_other(runs: dict[str, Run]) -> None:
+    final = {k: r.losses[8] for k, r in runs.items()}
+    evals = {k: float(r.summary["eval_loss"]) for k, r in runs.items()}
+    assert max(final.values()) - min(final.values()) <= TOLERANCE, final
+    assert max(evals.values()) - min(evals.values()) <= TOLERANCE, evals
+
+
+def test_deepspeed_launcher_starts_without_ssh_on_each_node(runs: dict[str, Run]) -> None:
+    log = runs["deepspeed-2x1"].log
+    ranks = sorted(re.findall(r"--node_rank=(\d)", log))
+    assert ranks == ["0", "1"], log[-3000:]
+    assert "pdsh" not in log and "ssh" not in log.replace("--no_ssh", "")
+
+
+def test_srun_task_and_batch_script_see_their_own_place(slurm_multi: SlurmCluster, tmp_path: Path) -> None:
+    """What Slurm really sets: the batch script (SLURM_PROCID=0, no step id) is no rank; each srun task is."""
+    supertune_bin = Path(sys.executable).parent / "supertune"
+    script = f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=2
+{supertune_bin} env --json > batch.json
+srun {supertune_bin} env --json
+"""
+    job = slurm_multi.sbatch(script, f"--output={tmp_path}/tasks.out", f"--chdir={tmp_path}")
+    assert slurm_multi.wait(job, timeout=120) == "COMPLETED", (tmp_path / "tasks.out").read_text()
+    batch = json.loads((tmp_path / "batch.json").read_text())
+    assert (batch["launcher"], batch["world_size"], batch["job_id"]) == ("none", 1, str(job))
+    tasks = sorted((json.loads(line) for line in (tmp_path / "tasks.out").read_text().splitlines()), key=lambda v: v["rank"])
+    assert [(t["rank"], t["node_rank"], t["world_size"], t["num_nodes"]) for t in tasks] == [(0, 0, 2, 2), (1, 1, 2, 2)]
+    assert {t["launcher"] for t in tasks} == {"slurm"} and {t["master_addr"] for t in tasks} == {"node1"}
+    assert {t["master_port"] for t in tasks} == {10000 + job % 20000}
+
+
+# ---- what each launcher's processes are told (no cluster needed) --------------------------------
+
+def test_deepspeed_launcher_variables_give_the_node() -> None:
+    from supertune.launch.environment import launch_environment
+
+    # What deepspeed.launcher.launch sets on the second of two nodes with one process each.
+    env = {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "CROSS_RANK": "1", "CROSS_SIZE": "2", "LOCAL_SIZE": "1",
+           "MASTER_ADDR": "node1", "MASTER_PORT": "10004"}
+    view = launch_environment(env)
+    assert (view.node_rank, view.num_nodes, view.local_world_size, view.elastic_agent) == (1, 2, 1, False)
+
+
+def test_torchrun_workers_know_their_agent() -> None:
+    from supertune.launch.environment import launch_environment
+
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+           "TORCHELASTIC_RUN_ID": "17"}
+    view = launch_environment(env)
+    assert (view.node_rank, view.num_nodes, view.elastic_agent) == (0, 2, True)
+
+
+def test_only_srun_tasks_are_ranks() -> None:
+    from supertune.launch.environment import launch_environment
+
+    task = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODEID": "1"}
+    assert launch_environment(dict(task, SLURM_STEPID="0")).launcher == "slurm"  # the older name alone
+    for step in ("interactive", "4294967293", "batch", "extern"):
+        assert launch_environment(dict(task, SLURM_STEP_ID=step)).launcher == "none", step
