@@ -196,21 +196,10 @@ def _origin(key: str, sources: ProfileSources, user_keys: set[str]) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    import yaml
+    from ..config.errors import ConfigError
+    from ..config.load import read_yaml_mapping
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ProfileError([f"cluster profile {str(path)!r} is not valid YAML{at}: {problem}"]) from None
-    except UnicodeDecodeError:
-        raise ProfileError([f"cluster profile {str(path)!r} is not UTF-8 text"]) from None
-    except OSError as exc:
-        raise ProfileError([f"cluster profile {str(path)!r} cannot be read: {exc.strerror}"]) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ProfileError([f"cluster profile {str(path)!r}: the top level must be a mapping of keys (gpus_per_node:, env:, ...)"])
-    return data
+        return read_yaml_mapping(path, "cluster profile", "keys (gpus_per_node:, env:, ...)")
+    except ConfigError as exc:
+        raise ProfileError(exc.problems) from None

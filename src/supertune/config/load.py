@@ -14,29 +14,36 @@ from .overrides import deep_merge, parse_overrides
 from .schema import RunConfig
 from .validate import validate
 
-__all__ = ["load_run_config", "read_yaml", "config_to_dict", "dump_config"]
+__all__ = ["load_run_config", "read_yaml", "read_yaml_mapping", "config_to_dict", "dump_config"]
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML mapping; every failure becomes a ConfigError naming the file."""
-    import yaml
-
+    """Read a run config's YAML mapping; every failure becomes a ConfigError naming the file."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError([f"config file {str(p)!r} does not exist"])
+    return read_yaml_mapping(p, "config file", "sections (model:, data:, training:, ...)")
+
+
+def read_yaml_mapping(path: Path, what: str, shape: str) -> dict[str, Any]:
+    """Read a YAML file whose top level is a mapping; `what` names the file in errors ("cluster profile")."""
+    import yaml
+
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError([f"config file {str(p)!r} is not valid YAML{at}: {problem}"]) from None
+        raise ConfigError([f"{what} {str(path)!r} is not valid YAML{at}: {problem}"]) from None
     except UnicodeDecodeError:
-        raise ConfigError([f"config file {str(p)!r} is not UTF-8 text"]) from None
+        raise ConfigError([f"{what} {str(path)!r} is not UTF-8 text"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{what} {str(path)!r} cannot be read: {exc.strerror}"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"config file {str(p)!r}: the top level must be a mapping of sections (model:, data:, training:, ...)"])
+        raise ConfigError([f"{what} {str(path)!r}: the top level must be a mapping of {shape}"])
     return data
 
 
