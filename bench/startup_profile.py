@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 from throughput.arms import ARMS, arm_environment
-from throughput.cpu import CpuWindow, wait_until_quiet
+from throughput.cpu import CpuWindow, usable_cores, wait_until_quiet
 from throughput.prepare import prepare
 from throughput.settings import BenchSettings
 
@@ -34,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, default=BENCH / "work")
     p.add_argument("--rounds", type=int, default=2, help="runs per arm; the table shows medians")
     p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most for idle CPUs before each run")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's own, one per core)")
     p.add_argument("--imports", action="store_true", help="also list the costliest imports (python -X importtime)")
     return p.parse_args()
 
@@ -45,9 +45,10 @@ def run_phases(mode: str, arm_key: str, prepared, settings: BenchSettings, arm_d
     # The arm's own arguments, minus its launcher (`supertune train` or `python script.py`).
     args = arm_argv[2:]
     out = arm_dir / "phases.json"
-    env = arm_environment(arm_dir)
+    env = arm_environment(arm_dir, settings.threads)
     env["PYTHONPATH"] = str(BENCH)
-    wait_until_quiet(quiet_wait)
+    cores = usable_cores()
+    wait_until_quiet(quiet_wait, max(0, cores - (settings.threads or cores)) + 0.3)
     window = CpuWindow()
     window.start()
     env["BENCH_SPAWN_TIME"] = repr(time.time())
@@ -77,26 +78,28 @@ def merged(runs: list[list]) -> list[tuple[str, float]]:
     return rows
 
 
-def import_costs(top: int = 12) -> list[tuple[str, float]]:
-    """Cumulative import time of the top-level imports behind `supertune train`, costliest first."""
-    code = "import supertune.cli.main, supertune.train.run"
+def import_costs(top: int = 10) -> list[tuple[str, float]]:
+    """Cumulative import time of the top-level packages behind `supertune train`, costliest first.
+
+    A package's time includes whatever it is the first to import (peft, for one, is where
+    transformers' modeling code first loads), so the rows overlap and do not add up.
+    """
+    code = "import supertune.cli.main, supertune.train.run; from transformers import Trainer"
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True)
     rows = []
     for line in done.stderr.splitlines():
-        if not line.startswith("import time:") or "|" not in line:
+        if not line.startswith("import time:") or line.count("|") != 2:
             continue
         _, cumulative, name = line.split("|")
-        if name.startswith(" ") and not name.startswith("  "):  # depth 1: imported directly by the top level
-            try:
-                rows.append((name.strip(), int(cumulative) / 1e6))
-            except ValueError:
-                continue
+        name = name.strip()
+        if "." not in name and not name.startswith("_") and cumulative.strip().isdigit():
+            rows.append((name, int(cumulative) / 1e6))
     return sorted(rows, key=lambda r: -r[1])[:top]
 
 
 def main() -> int:
     args = parse_args()
-    settings = BenchSettings()
+    settings = BenchSettings(threads=args.threads)
     prepared = prepare(args.data_dir.resolve(), args.work_dir.resolve(), settings)
     root = args.work_dir.resolve() / "startup" / time.strftime("%Y%m%d-%H%M%S")
     results: dict[str, list] = {"supertune": [], "clm": []}
@@ -116,7 +119,7 @@ def main() -> int:
             print(f"  {seconds:6.2f} s  {name}")
         print(f"  {sum(s for _, s in rows):6.2f} s  total to the end of step 1")
     if args.imports:
-        print("\ncostliest top-level imports of `supertune train` (cumulative, one warm run):")
+        print("\ncostliest packages imported by `supertune train` (cumulative, overlapping, one warm run):")
         for name, seconds in import_costs():
             print(f"  {seconds:6.2f} s  {name}")
     return 0

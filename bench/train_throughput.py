@@ -26,13 +26,25 @@ from importlib import metadata
 from pathlib import Path
 
 from throughput.arms import ARMS, ArmRun, run_arm
+from throughput.cpu import usable_cores
 from throughput.prepare import Prepared, prepare
-from throughput.report import markdown_table, ratio_lines, summarize, to_jsonable
+from throughput.report import Summary, markdown_table, ratio_lines, rounds_table, summarize, to_jsonable
 from throughput.settings import BenchSettings
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-PACKAGES = ["supertune", "torch", "transformers", "datasets", "tokenizers", "accelerate", "numpy", "huggingface_hub"]
+PACKAGES = [
+    "supertune",
+    "torch",
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "accelerate",
+    "peft",
+    "deepspeed",
+    "numpy",
+    "huggingface_hub",
+]
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,9 +55,23 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--results-dir", type=Path, default=BENCH / "results", help="where train_throughput.json/.md go")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps per arm")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)")
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
     p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
-    p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most, before each arm, for other work to leave the CPUs")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=15.0,
+        help="seconds to wait at most, before each arm, for other work to leave the cores the arm will use",
+    )
+    p.add_argument(
+        "--max-other-load",
+        type=float,
+        default=None,
+        help="an arm run during which other processes kept more cores than this busy is run again (see --retries); "
+        "default: the cores the arm's threads leave free, plus 0.5",
+    )
+    p.add_argument("--retries", type=int, default=1, help="how often a disturbed arm run is repeated; the last attempt counts")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
 
@@ -67,7 +93,7 @@ def machine() -> dict[str, object]:
         pass
     return {
         "cpu_count": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "usable_cores": usable_cores(),
         "cpu_model": cpu,
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -94,16 +120,23 @@ def relative(argv: list[str]) -> str:
 
 def main() -> int:
     args = parse_args()
-    settings = BenchSettings(steps=args.steps, batch_size=args.batch_size)
+    settings = BenchSettings(steps=args.steps, batch_size=args.batch_size, threads=args.threads)
     keys = [k for k in args.arms if k in ARMS]
     started = time.time()
-    load_at_start = machine()
+    machine_info = machine()  # before any arm runs: the load average then says how busy the machine was
+    cores = usable_cores()
+    # Other work only slows an arm down once it wants cores the arm's threads would use.
+    spare = max(0, cores - (settings.threads or cores))
+    if args.max_other_load is None:
+        args.max_other_load = spare + 0.5
+    quiet_cores = spare + 0.3
     print(f"train_throughput: preparing inputs under {args.work_dir}", flush=True)
     prepared = prepare(args.data_dir.resolve(), args.work_dir.resolve(), settings)
     warm_up(sys.executable)
     run_root = args.work_dir.resolve() / "runs" / time.strftime("%Y%m%d-%H%M%S")
     rounds: list[dict[str, ArmRun]] = []
     commands: dict[str, str] = {}
+    repeated: list[dict[str, object]] = []
     for r in range(args.rounds):
         # Rotate the order each round so that slow drift of a shared machine does not favour one arm.
         order = keys[r % len(keys) :] + keys[: r % len(keys)]
@@ -111,17 +144,25 @@ def main() -> int:
         for k in order:
             arm = ARMS[k]
             print(f"train_throughput: round {r + 1}/{args.rounds}: ({k}) {arm.name} ...", flush=True)
-            run = run_arm(arm, prepared, settings, run_root / f"round{r + 1}" / k, args.quiet_wait)
+            for attempt in range(args.retries + 1):
+                name = k if attempt == 0 else f"{k}-again{attempt}"
+                run = run_arm(arm, prepared, settings, run_root / f"round{r + 1}" / name, args.quiet_wait, quiet_cores)
+                m = run.measurement
+                other = "?" if run.other_cores is None else f"{run.other_cores:.2f}"
+                print(
+                    f"  first step after {m.time_to_first_step_s:.1f} s; {m.tokens_per_second:,.0f} effective tok/s; "
+                    f"padding {100 * m.padding_fraction:.1f} %; other processes used {other} cores meanwhile",
+                    flush=True,
+                )
+                disturbed = run.other_cores is not None and run.other_cores > args.max_other_load
+                if not disturbed or attempt == args.retries:
+                    break
+                # Kept in the results file, left out of the tables.
+                repeated.append({"round": r + 1, "arm": k, **_run_record(run)})
+                print(f"  other work disturbed this run; running ({k}) again", flush=True)
             commands[k] = relative(run.argv)
             results[k] = run
-            m = run.measurement
-            other = "?" if run.other_cores is None else f"{run.other_cores:.2f}"
-            print(
-                f"  first step after {m.time_to_first_step_s:.1f} s; {m.tokens_per_second:,.0f} effective tok/s; "
-                f"padding {100 * m.padding_fraction:.1f} %; other processes used {other} cores meanwhile",
-                flush=True,
-            )
-        rounds.append({k: results[k] for k in keys})
+        rounds.append({k: results[k] for k in order})
 
     summary = summarize(rounds)
     names = {k: ARMS[k].name for k in keys}
@@ -131,7 +172,9 @@ def main() -> int:
     print(table)
     print("\n".join(lines))
     if not args.no_write:
-        write_results(args, settings, prepared, rounds, summary, table, lines, commands, load_at_start, time.time() - started)
+        write_results(
+            args, settings, prepared, rounds, repeated, summary, table, lines, commands, machine_info, time.time() - started
+        )
     return 0
 
 
@@ -150,7 +193,8 @@ def write_results(
     settings: BenchSettings,
     prepared: Prepared,
     rounds: list[dict[str, ArmRun]],
-    summary: object,
+    repeated: list[dict[str, object]],
+    summary: Summary,
     table: str,
     lines: list[str],
     commands: dict[str, str],
@@ -176,7 +220,8 @@ def write_results(
         },
         "arms": {k: {"name": ARMS[k].name, "what": ARMS[k].description, "command": commands.get(k)} for k in rounds[0]},
         "rounds": [{k: _run_record(run) for k, run in r.items()} for r in rounds],
-        **to_jsonable(summary),  # type: ignore[arg-type]
+        "disturbed_runs_repeated": repeated,
+        **to_jsonable(summary),
     }
     (results_dir / "train_throughput.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md = (
@@ -185,10 +230,18 @@ def write_results(
         f"torch {data['versions']['torch']}, transformers {data['versions']['transformers']}, "
         f"datasets {data['versions']['datasets']}.\n"
         f"wikitext-2 valid+test, tiny Llama (supertune's embedded config), batch {settings.batch_size} x {settings.seq_len} "
-        f"tokens, {settings.steps} AdamW steps, one process per arm, cold caches. "
+        f"tokens, {settings.steps} AdamW steps, one process per arm with "
+        f"{settings.threads or 'the default number of'} torch thread(s), cold caches. "
         "Time to first step: process spawn to the end of optimizer step 1. Effective tok/s: non-pad tokens of steps "
         "2..N over their wall time. See bench/README.md.\n\n"
         f"```\n{command}\n```\n\n" + table + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+        "\n## Every round, in the order run\n\n" + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
+        + (
+            f"\n{len(repeated)} arm run(s) during which other processes kept more than {args.max_other_load} cores busy "
+            "were run again; they are listed in train_throughput.json under disturbed_runs_repeated.\n"
+            if repeated
+            else ""
+        )
     )
     (results_dir / "train_throughput.md").write_text(md, encoding="utf-8")
     print(f"\ntrain_throughput: wrote {results_dir / 'train_throughput.json'} and {results_dir / 'train_throughput.md'}")

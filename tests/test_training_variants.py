@@ -160,3 +160,10 @@ def test_eval_command_on_other_files(tmp_path, jsonl, capsys):
     assert out.startswith("eval loss ") and "perplexity" in out
     tokens = sum(1 for _ in jsonl.open())  # at least one token per document
     assert int(out.split("sequences, ")[1].split()[0]) > tokens
+
+
+def test_save_model_false_saves_no_model(tmp_path, capsys):
+    summary = _train(tmp_path / "run", "output.save_model=false", "training.max_steps=1")
+    assert summary["train_steps"] == 1
+    assert not (tmp_path / "run" / "model").exists()
+    assert "model not saved (output.save_model=false)" in capsys.readouterr().out

@@ -110,9 +110,12 @@ ARMS = {
 }
 
 
-def arm_environment(arm_dir: Path) -> dict[str, str]:
+def arm_environment(arm_dir: Path, threads: int | None = None) -> dict[str, str]:
     """A cold start: empty Hugging Face caches of the arm's own, offline, same threads for everyone."""
     env = dict(os.environ)
+    if threads:
+        # torch sizes its intra-op pool from these at start-up.
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     hf_home = arm_dir / "hf"
     env.update(
         {
@@ -143,15 +146,18 @@ class ArmRun:
     """The same, over the second before the arm started."""
 
 
-def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path, quiet_wait_s: float) -> ArmRun:
-    """Start the arm in a fresh process, wait for it, and measure it; exits with the log's tail on failure."""
+def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path, quiet_wait_s: float, quiet_cores: float) -> ArmRun:
+    """Start the arm in a fresh process, wait for it, and measure it; exits with the log's tail on failure.
+
+    Before it starts, waits up to quiet_wait_s for other processes to use fewer than quiet_cores.
+    """
     if arm_dir.exists():
         raise SystemExit(f"train_throughput: {arm_dir} already exists; runs never reuse a directory")
     arm_dir.mkdir(parents=True)
     argv = arm.argv(p, s, arm_dir)
-    env = arm_environment(arm_dir)
+    env = arm_environment(arm_dir, s.threads)
     log_path = arm_dir / "output.log"
-    before = wait_until_quiet(quiet_wait_s)
+    before = wait_until_quiet(quiet_wait_s, quiet_cores)
     window = CpuWindow()
     with log_path.open("wb") as log:
         window.start()

@@ -8,9 +8,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuWindow", "busy_cores", "wait_until_quiet"]
+__all__ = ["CpuWindow", "busy_cores", "usable_cores", "wait_until_quiet"]
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _busy_seconds() -> float | None:

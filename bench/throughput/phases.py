@@ -82,7 +82,7 @@ def watch_first_step(marks: Marks) -> None:
     def patched(self: Any, *args: Any, **kwargs: Any) -> None:
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), FirstStep()]
         init(self, *args, **kwargs)
-        marks.add("Trainer() construction")
+        marks.add("Trainer() construction (accelerate imports deepspeed here when it is installed)")
 
     Trainer.__init__ = patched  # type: ignore[method-assign]
 

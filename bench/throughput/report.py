@@ -8,7 +8,7 @@ from typing import Any
 
 from .arms import ArmRun
 
-__all__ = ["Summary", "summarize", "markdown_table", "ratio_lines", "TARGETS"]
+__all__ = ["Summary", "summarize", "markdown_table", "rounds_table", "ratio_lines", "to_jsonable", "TARGETS"]
 
 # (ratio name, numerator arm, denominator arm, metric, comparison, target)
 TARGETS = [
@@ -86,6 +86,20 @@ def markdown_table(summary: Summary, names: dict[str, str], rounds: int) -> str:
         + (f"Medians of {rounds} rounds; (min-max) in brackets.\n" if rounds > 1 else "")
     )
     return head + "\n".join(rows) + "\n" + note
+
+
+def rounds_table(rounds: list[dict[str, ArmRun]], names: dict[str, str]) -> str:
+    """Every arm run in the order it ran, so a disturbed round can be seen next to the others."""
+    lines = [
+        "| round | arm | time to first step (s) | effective tok/s | other load (cores) |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
+    for i, r in enumerate(rounds, start=1):
+        for k, run in r.items():
+            m = run.measurement
+            other = "?" if run.other_cores is None else f"{run.other_cores:.2f}"
+            lines.append(f"| {i} | ({k}) {names[k]} | {m.time_to_first_step_s:.1f} | {m.tokens_per_second:,.0f} | {other} |")
+    return "\n".join(lines) + "\n"
 
 
 def ratio_lines(summary: Summary) -> list[str]:

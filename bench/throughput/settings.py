@@ -12,7 +12,7 @@ __all__ = ["BenchSettings"]
 class BenchSettings:
     """Model-independent knobs of a benchmark run; identical for all arms by construction."""
 
-    steps: int = 36
+    steps: int = 32
     """Optimizer steps per arm."""
     batch_size: int = 8
     """Sequences per optimizer step (one process, no gradient accumulation)."""
@@ -28,6 +28,8 @@ class BenchSettings:
     max_grad_norm: float = 1.0
     seed: int = 42
     tokenizer_vocab_size: int = 4096
+    threads: int | None = None
+    """torch threads per arm (OMP_NUM_THREADS); None: torch's default, one per core."""
 
     def training_arguments(self) -> dict[str, Any]:
         """TrainingArguments keywords of the baselines; the same values supertune's run config turns into."""

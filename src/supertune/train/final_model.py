@@ -16,6 +16,8 @@ __all__ = ["save_final_model"]
 
 def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> None:
     """Write <run dir>/model so that AutoModelForCausalLM.from_pretrained loads it with no supertune import."""
+    if not cfg.output.save_model:
+        return
     lora = cfg.model.lora
     # Merging adapters and saving a fresh base read every weight on the main process alone: true
     # under ddp, zero1 and zero2; zero3 and fsdp shard the weights, and config validation refuses
