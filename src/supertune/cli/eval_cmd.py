@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         overrides += [x for x in args.data if "=" in x]
         args.data = [x for x in args.data if "=" not in x]
     if args.data:
-        base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False)
+        base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False, store=None)
         overrides.append("data.train_files=[" + ",".join(_quoted(f) for f in args.data) + "]")
     if args.batch_size is not None:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")

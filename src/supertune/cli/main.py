@@ -20,6 +20,7 @@ COMMANDS = {
     "status": ("status_cmd", "SLURM state of a run's jobs"),
     "logs": ("logs_cmd", "print (or --follow) the job log of a run"),
     "cancel": ("cancel_cmd", "cancel a run's unfinished SLURM jobs"),
+    "prepare": ("prepare_cmd", "tokenize a run config's data once into a checked, memory-mapped token store"),
     "env": ("env_cmd", "this process's rank, world size, master address and launcher, as supertune sees them"),
 }
 

@@ -82,6 +82,8 @@ def _resolve_paths(cfg: RunConfig) -> RunConfig:
     d = cfg.data
     d.train_files = expand_files(d.train_files)
     d.validation_files = expand_files(d.validation_files)
+    if d.store:
+        d.store = os.path.abspath(os.path.expanduser(d.store))
     m = cfg.model
     for name in ("name_or_path", "tokenizer"):
         ref = getattr(m, name)

@@ -107,6 +107,8 @@ class DataConfig:
     """Use at most this many training documents (quick experiments)."""
     max_eval_samples: int | None = None
     """Use at most this many validation documents."""
+    store: str | None = None
+    """Token store directory made by `supertune prepare`: train on its memory-mapped token ids (packing only) instead of reading and tokenizing the files."""
 
 
 @dataclass

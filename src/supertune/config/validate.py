@@ -9,7 +9,7 @@ import string
 
 from ..data.formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
-from .schema import FsdpConfig, GenerateConfig, RunConfig
+from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 
 __all__ = ["validate", "validate_generate"]
 
@@ -161,10 +161,25 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         )
     if d.template is not None:
         _check_template(d.template, p)
+    if d.store is not None:
+        _check_store(d, p)
     if d.streaming and cfg.training.max_steps < 0:
         p.append("data.streaming: a stream has no length; set training.max_steps to a positive number of steps")
     if d.streaming and not d.packing and d.max_length is None:
         p.append("data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512")
+
+
+def _check_store(d: DataConfig, p: list[str]) -> None:
+    """Cheap checks of data.store; its files and the match with the tokenizer are checked when it is opened."""
+    path = os.path.expanduser(d.store or "")
+    if not os.path.isfile(os.path.join(path, "manifest.json")):
+        p.append(f"data.store: {d.store!r} is not a token store (no manifest.json); make one with supertune prepare CONFIG --out DIR")
+    if not d.packing:
+        p.append("data.store: a token store serves packed blocks only; set data.packing=true or remove data.store")
+    if d.streaming:
+        p.append("data.store: streaming from a token store is not supported yet; set data.streaming=false (the store is memory-mapped anyway)")
+    if d.dataset_name:
+        p.append("data.store: set together with data.dataset_name; the store already holds the data, remove one")
 
 
 def _check_template(template: str, p: list[str]) -> None:

@@ -37,7 +37,9 @@ class TrainingData:
 
 
 def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length: int) -> TrainingData:
-    """Load, render, tokenize and batch the configured data."""
+    """Load, render, tokenize and batch the configured data (or read it from data.store)."""
+    if d.store:
+        return _stored(d, tokenizer)
     raw = load_raw_splits(d, seed)
     if d.streaming:
         return _streamed(raw, d, tokenizer, seed)
@@ -70,6 +72,11 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
 
 def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tuple[Any, Any]:
     """The validation files alone, batched as in training: (dataset, collator)."""
+    if d.store and d.packing:
+        from ..store.reader import open_store_for_run
+
+        store = open_store_for_run(d, tokenizer)
+        return _blocks(store.validation.tokens, d, "evaluation"), None
     split = tokenize_split(load_validation_rows(d), d, tokenizer)
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
@@ -87,6 +94,31 @@ def _packed(split: TokenizedSplit, d: DataConfig, name: str) -> PackedBlocks:
             "lower data.block_size or add data"
         )
     return blocks
+
+
+def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
+    blocks = PackedBlocks(tokens, d.block_size)
+    if len(blocks) == 0:
+        raise UserError(
+            f"data.block_size: the {name} split of data.store has {len(tokens)} tokens, fewer than one block of {d.block_size}; "
+            "lower data.block_size or prepare more data"
+        )
+    return blocks
+
+
+def _stored(d: DataConfig, tokenizer: Any) -> TrainingData:
+    """Packed blocks over the memory-mapped shards of a token store (checked before use)."""
+    from ..store.reader import open_store_for_run
+
+    store = open_store_for_run(d, tokenizer)
+    return TrainingData(
+        train=_blocks(store.train.tokens, d, "training"),
+        validation=_blocks(store.validation.tokens, d, "validation"),
+        collator=None,
+        max_length=None,
+        train_tokens_available=len(store.train.tokens),
+        unigram_perplexity=store.manifest.unigram_perplexity,
+    )
 
 
 def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int) -> float:
