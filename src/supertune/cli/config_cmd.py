@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .run_config_args import add_run_config_arguments, split_config_and_overrides
+
 DESCRIPTION = "Print the fully resolved config (defaults < CONFIG < overrides), or the reference of every key."
 
 
@@ -18,8 +20,7 @@ def epilog() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["show", "keys"], help="show: resolved config as YAML; keys: every key with its meaning")
-    p.add_argument("config", nargs="?", help="run config YAML (show)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (show)")
+    add_run_config_arguments(p, config_help="run config YAML (show)")
     p.add_argument("--markdown", action="store_true", help="keys: print the Markdown reference (docs/config.md)")
 
 
@@ -30,8 +31,6 @@ def run(args: argparse.Namespace) -> int:
         print(keys_markdown() if args.markdown else keys_reference(), end="" if args.markdown else "\n")
         return 0
     from ..config import dump_config, load_run_config
-    from .train_cmd import split_config_and_overrides
-
     config, overrides = split_config_and_overrides(args)
     print(dump_config(load_run_config(config, overrides)), end="")
     return 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+
+from .run_config_args import add_run_config_arguments, split_config_and_overrides
 import sys
 
 DESCRIPTION = (
@@ -24,8 +26,7 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="run config YAML (default: the embedded default run)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, applied last")
+    add_run_config_arguments(p)
     p.add_argument("--out", help="directory of the new store (must be new or empty; --force replaces a store)")
     p.add_argument("--verify", metavar="DIR", help="check the store DIR (sizes, sha256, offsets) instead of making one")
     p.add_argument("--force", action="store_true", help="replace an existing store at --out")
@@ -53,8 +54,6 @@ def _prepare(args: argparse.Namespace) -> int:
     from ..config import load_run_config
     from ..modeling.tokenizer import load_tokenizer
     from ..store.writer import DEFAULT_SHARD_TOKENS, prepare_store
-    from .train_cmd import split_config_and_overrides
-
     config, overrides = split_config_and_overrides(args)
     # The store being made is not read: a data.store in the config (the one training will use) is ignored here.
     cfg = load_run_config(config, overrides + ["data.store="])

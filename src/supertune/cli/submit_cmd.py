@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+
+from .run_config_args import add_run_config_arguments, split_config_and_overrides
 import sys
 
 DESCRIPTION = (
@@ -22,8 +24,7 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="run config YAML (default: the embedded default run)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, applied last")
+    add_run_config_arguments(p)
     p.add_argument("--cluster", help="cluster profile (launch.cluster); see `supertune clusters list`")
     p.add_argument("--nodes", type=int, help="nodes (launch.nodes)")
     p.add_argument("--launcher", choices=["torchrun", "accelerate", "deepspeed", "srun"], help="launcher (launch.launcher)")
@@ -39,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
     from ..config import dump_config, load_run_config
     from ..rundir import create_run_dir
     from ..slurm.jobs import prepare_job, render_job, submit_job
-    from .train_cmd import split_config_and_overrides
-
     config, overrides = split_config_and_overrides(args)
     flags = {"launch.cluster": args.cluster, "launch.nodes": args.nodes, "launch.launcher": args.launcher, "slurm.time": args.time}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]

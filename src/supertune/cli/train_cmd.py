@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+
+from .run_config_args import add_run_config_arguments, split_config_and_overrides
 import json
 
 DESCRIPTION = (
@@ -24,25 +26,9 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="run config YAML (default: the embedded default run)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, applied last")
+    add_run_config_arguments(p)
     p.add_argument("--run-dir", help="run directory (default: <output.runs_root>/<output.name>-<timestamp>)")
     p.add_argument("--nproc", type=int, help="processes on this machine (same as launch.nproc=N)")
-
-
-def split_config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """argparse cannot tell `train a=b` (override only) from `train run.yaml`.
-
-    An argument with '=', or one that is neither an existing file nor named *.yaml/*.yml, is an override.
-    """
-    import os
-
-    config, overrides = args.config, list(args.overrides)
-    looks_like_file = config is not None and (os.path.exists(config) or config.endswith((".yaml", ".yml")))
-    if config is not None and ("=" in config or not looks_like_file):
-        overrides.insert(0, config)
-        config = None
-    return config, overrides
 
 
 def run(args: argparse.Namespace) -> int:

@@ -52,8 +52,8 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
     baseline = _unigram(train, validation, len(tokenizer))
     if d.packing:
         return TrainingData(
-            train=_packed(train, d, "training"),
-            validation=_packed(validation, d, "validation"),
+            train=_blocks(train.concatenated(), d, "training"),
+            validation=_blocks(validation.concatenated(), d, "validation"),
             collator=None,
             max_length=None,
             train_tokens_available=train.num_tokens,
@@ -81,27 +81,17 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
     if d.packing:
-        return _packed(split, d, "evaluation"), None
+        return _blocks(split.concatenated(), d, "evaluation"), None
     max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
     return PaddedDocuments(split.docs, max_length), PadCollator(tokenizer.pad_token_id, max_length)
-
-
-def _packed(split: TokenizedSplit, d: DataConfig, name: str) -> PackedBlocks:
-    blocks = PackedBlocks(split.concatenated(), d.block_size)
-    if len(blocks) == 0:
-        raise UserError(
-            f"data.block_size: the {name} split has {split.num_tokens} tokens, fewer than one block of {d.block_size}; "
-            "lower data.block_size or add data"
-        )
-    return blocks
 
 
 def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
     blocks = PackedBlocks(tokens, d.block_size)
     if len(blocks) == 0:
         raise UserError(
-            f"data.block_size: the {name} split of data.store has {len(tokens)} tokens, fewer than one block of {d.block_size}; "
-            "lower data.block_size or prepare more data"
+            f"data.block_size: the {name} split has {len(tokens)} tokens, fewer than one block of {d.block_size}; "
+            "lower data.block_size or add data"
         )
     return blocks
 

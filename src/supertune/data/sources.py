@@ -10,7 +10,7 @@ from ..config.schema import DataConfig
 from ..errors import UserError
 from .formats import file_format
 
-__all__ = ["RawSplits", "load_raw_splits", "load_validation_rows", "training_files"]
+__all__ = ["RawSplits", "load_raw_splits", "load_validation_rows", "training_files", "validation_files"]
 
 # Documents held out from a stream for validation when no validation files are given: a stream has
 # no length, so a percentage cannot be taken.
@@ -37,7 +37,8 @@ def training_files(d: DataConfig) -> list[str]:
     return [str(default_corpus().train)]
 
 
-def _validation_files(d: DataConfig) -> list[str]:
+def validation_files(d: DataConfig) -> list[str]:
+    """The validation files, with the embedded corpus's own standing in when no data is configured."""
     if d.validation_files or d.train_files or d.dataset_name:
         return list(d.validation_files)
     from ..defaults import default_corpus
@@ -52,7 +53,7 @@ def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
     else:
         train = training_files(d)
         files: dict[str, list[str]] = {"train": train}
-        validation = _validation_files(d)
+        validation = validation_files(d)
         if validation:
             files["validation"] = validation
         loaded = _load_files(files, d.streaming)
@@ -73,7 +74,7 @@ def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
 
 def load_validation_rows(d: DataConfig) -> Any:
     """The validation files alone (the embedded corpus's validation split when none are set)."""
-    files = _validation_files(d) or training_files(d)
+    files = validation_files(d) or training_files(d)
     if not files:
         raise UserError("data.validation_files: no files to evaluate on; pass --data FILE (or data.validation_files=...)")
     rows = _load_files({"validation": files}, streaming=False)["validation"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["unigram_perplexity"]
+__all__ = ["unigram_perplexity", "unigram_perplexity_from_counts"]
 
 
 def _flatten(seqs: Iterable[Sequence[int]]) -> np.ndarray:
@@ -35,6 +35,15 @@ def unigram_perplexity(
     for name, ids in (("train_ids", train), ("eval_ids", evaluation)):
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
             raise ValueError(f"{name} has ids outside [0, {vocab_size})")
-    counts = np.bincount(train, minlength=vocab_size).astype(np.float64)
-    log_p = np.log(counts + 1.0) - math.log(train.size + vocab_size)
-    return float(np.exp(-log_p[evaluation].mean()))
+    return unigram_perplexity_from_counts(
+        np.bincount(train, minlength=vocab_size), np.bincount(evaluation, minlength=vocab_size)
+    )
+
+
+def unigram_perplexity_from_counts(train_counts: np.ndarray, eval_counts: np.ndarray) -> float:
+    """The same perplexity from per-token-id counts (length = vocabulary size), for callers that
+    count while streaming tokens and never hold them all."""
+    train = np.asarray(train_counts, dtype=np.float64)
+    evaluation = np.asarray(eval_counts, dtype=np.float64)
+    log_p = np.log(train + 1.0) - math.log(train.sum() + len(train))
+    return float(np.exp(-(evaluation * log_p).sum() / evaluation.sum()))

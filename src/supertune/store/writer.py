@@ -9,7 +9,6 @@ into place at the end: a crash leaves no half-written store behind.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import shutil
 import sys
@@ -118,7 +117,8 @@ def _finish(handle: BinaryIO) -> None:
 
 def prepare_store(cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False) -> Manifest:
     """Tokenize cfg's data into a store at `out`; returns its manifest."""
-    from ..data.sources import load_raw_splits, training_files
+    from ..data.sources import load_raw_splits, training_files, validation_files
+    from ..defaults.baseline import unigram_perplexity_from_counts
 
     d = cfg.data
     if d.dataset_name:
@@ -127,7 +127,7 @@ def prepare_store(cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int =
     vocab = len(tokenizer)
     dtype = np.dtype("<u2") if vocab <= 1 << 16 else np.dtype("<u4")
     # Hashing the sources reads them once more (about 1-2 GB/s); it lets a store name exactly what it came from.
-    sources = {"train": _sources(training_files(d)), "validation": _sources(_validation_files(cfg))}
+    sources = {"train": _sources(training_files(d)), "validation": _sources(validation_files(d))}
     size = sum(f.size for fs in sources.values() for f in fs)
     print(f"supertune: prepare: reading {sum(map(len, sources.values()))} files ({size / 1e6:,.1f} MB)", file=sys.stderr, flush=True)
     raw = load_raw_splits(d, cfg.training.seed)
@@ -156,7 +156,7 @@ def prepare_store(cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int =
             sources=sources,
             dtype=dtype.name,
             splits=splits,
-            unigram_perplexity=_unigram(counts["train"], counts["validation"], vocab),
+            unigram_perplexity=unigram_perplexity_from_counts(counts["train"], counts["validation"]),
         )
         write_manifest(tmp, manifest)
         _publish(tmp, out)
@@ -191,12 +191,6 @@ def _progress(name: str, rows: int, total: int | None, tokens: int, seconds: flo
     print(f"supertune: prepare {name}: {rows:,}{of} rows, {tokens:,} tokens ({rate:,.0f} tokens/s)", file=sys.stderr, flush=True)
 
 
-def _unigram(train: np.ndarray, validation: np.ndarray, vocab: int) -> float:
-    """The add-one unigram perplexity of supertune.defaults.baseline, from counts instead of token lists."""
-    log_p = np.log(train.astype(np.float64) + 1.0) - math.log(int(train.sum()) + vocab)
-    return float(np.exp(-(validation * log_p).sum() / validation.sum()))
-
-
 def _split_rule(cfg: RunConfig) -> dict[str, Any]:
     d = cfg.data
     rule: dict[str, Any] = {"max_train_samples": d.max_train_samples, "max_eval_samples": d.max_eval_samples}
@@ -205,16 +199,6 @@ def _split_rule(cfg: RunConfig) -> dict[str, Any]:
     else:
         rule.update(validation="percentage", percentage=d.validation_split_percentage, seed=cfg.training.seed)
     return rule
-
-
-def _validation_files(cfg: RunConfig) -> list[str]:
-    """The validation files load_raw_splits reads: the configured ones, or the embedded corpus's own."""
-    d = cfg.data
-    if d.validation_files or d.train_files:
-        return list(d.validation_files)
-    from ..defaults import default_corpus
-
-    return [str(default_corpus().validation)]
 
 
 def _sources(patterns: list[str]) -> list[SourceFile]:
