@@ -98,18 +98,23 @@ def test_script_passes_bash_n_and_shellcheck(profile: str, launcher: str, tmp_pa
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
+def _srun_line(script: str) -> str:
+    """The training step's command line."""
+    return next(line for line in script.splitlines() if line.startswith("srun "))
+
+
 def test_golden_facts() -> None:
     """A few facts the golden files hold, stated where a reader sees them."""
     lumi = _render("lumi", "srun")
     assert "#SBATCH --ntasks-per-node=8" in lumi and "#SBATCH --gpus-per-node=8" in lumi
-    assert "#SBATCH --cpus-per-task=7" in lumi and "--cpus-per-task=7 " in lumi.splitlines()[-1]
+    assert "#SBATCH --cpus-per-task=7" in lumi and "--cpus-per-task=7 " in _srun_line(lumi)
     torchrun = _render("leonardo", "torchrun")
     assert "#SBATCH --ntasks-per-node=1" in torchrun and "#SBATCH --cpus-per-task=32" in torchrun
     assert "--nproc-per-node=4" in torchrun
     local = _render("local", "deepspeed")
     assert "export OMP_NUM_THREADS=1" in local and 'export DS_ACCELERATOR="cpu"' in local
     assert "slots=2" in local and "--no_ssh" in local
-    sif = _render("lumi-sif", "torchrun").splitlines()[-1]
+    sif = _srun_line(_render("lumi-sif", "torchrun"))
     assert 'singularity exec --rocm --bind "/project,/scratch,' in sif
     assert '"/project/project_465000000/${USER}/supertune-lumi.sif" python3 -m torch.distributed.run' in sif
 

@@ -185,9 +185,11 @@ def test_store_settings_are_checked_with_the_config(tmp_path):
     from supertune.config.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        load_run_config(None, [f"data.store={tmp_path}", "data.packing=false"])
+        load_run_config(None, [f"data.store={tmp_path}", "data.packing=false", f"model.bundle={tmp_path}", "model.tokenizer=gpt2"])
     text = str(info.value)
-    assert "no manifest.json" in text and "packed blocks only" in text
+    assert "data.store: " in text and "no manifest.json" in text
+    assert "model.bundle: " in text and "has no offline bundle" in text and "set together with model.tokenizer" in text
+    assert "packing" not in text  # padding mode reads a store too
 
 
 def test_sharded_tokens_slice_like_one_array():

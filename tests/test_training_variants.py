@@ -122,12 +122,16 @@ def test_unreachable_hub_fails_fast_not_hangs(tmp_path, monkeypatch, capsys):
     assert time.time() - started < 30
 
 
-def test_run_dir_holding_a_run_is_never_reused(tmp_path, capsys):
+def test_a_finished_run_dir_is_never_trained_again(tmp_path, capsys):
     _train(tmp_path / "run", "training.max_steps=1")
     before = (tmp_path / "run" / "summary.json").read_bytes()
+    capsys.readouterr()
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK])
+    assert code == 0
+    assert "has already finished; nothing to resume" in capsys.readouterr().out
+    code = main(["train", "--run-dir", str(tmp_path / "run"), "--no-resume", *QUICK])
     assert code == 2
-    assert "already holds a run" in capsys.readouterr().err
+    assert "already holds a run and --no-resume was given" in capsys.readouterr().err
     assert (tmp_path / "run" / "summary.json").read_bytes() == before
 
 

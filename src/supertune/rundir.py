@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["RunDir", "create_run_dir", "write_json_atomic"]
+__all__ = ["RunDir", "create_run_dir", "holds_run", "write_json_atomic"]
 
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
@@ -46,6 +46,11 @@ class RunDir:
     @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
+
+
+def holds_run(path: Path) -> bool:
+    """Whether `path` is the directory of a run (it has the run's config.yaml)."""
+    return (Path(path).expanduser() / CONFIG_FILE).is_file()
 
 
 def create_run_dir(explicit: str | None, name: str, runs_root: str, config_text: str) -> RunDir:

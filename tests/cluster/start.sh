@@ -45,8 +45,11 @@ NET=10.213.0            # the multi cluster's private /24: bridge .1, node i .(1
 BRIDGE=suptbr0
 NODE_COUNT=2
 CPUS=2
+# SUPERTUNE_TEST_SLURM_PORT_SHIFT moves a single cluster's ports, so that two test runs on one
+# machine can each have one (the multi cluster's network names cannot move: one at a time).
+SHIFT="${SUPERTUNE_TEST_SLURM_PORT_SHIFT:-0}"
 if [ "$MODE" = single ]; then
-  CTLD_PORT=16817 SLURMD_PORT=16818 CTLD_ADDR=127.0.0.1
+  CTLD_PORT=$((16817 + SHIFT)) SLURMD_PORT=$((16818 + SHIFT)) CTLD_ADDR=127.0.0.1
   NODES=("$HOST")
 else
   CTLD_PORT=16827 SLURMD_PORT=16828 CTLD_ADDR="$NET.1"

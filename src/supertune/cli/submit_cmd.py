@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from .run_config_args import add_run_config_arguments, split_config_and_overrides
-import sys
 
 DESCRIPTION = (
     "Create a run directory (resolved config and rendered job script) and submit it to SLURM, printing the job id. "
@@ -29,7 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, help="nodes (launch.nodes)")
     p.add_argument("--launcher", choices=["torchrun", "accelerate", "deepspeed", "srun"], help="launcher (launch.launcher)")
     p.add_argument("--time", help="wall-clock limit, HH:MM:SS or D-HH:MM:SS (slurm.time)")
-    p.add_argument("--run-dir", help="run directory (default: <output.runs_root>/<output.name>-<timestamp>)")
+    p.add_argument(
+        "--run-dir",
+        help="run directory (default: <output.runs_root>/<output.name>-<timestamp>); an unfinished run there is "
+        "submitted again and resumes from its latest good checkpoint",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
 
 
@@ -38,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..clusters import load_profile
     from ..config import dump_config, load_run_config
-    from ..rundir import create_run_dir
     from ..slurm.jobs import prepare_job, render_job, submit_job
+    from .run_dir_choice import choose_run_dir
+
     config, overrides = split_config_and_overrides(args)
     flags = {"launch.cluster": args.cluster, "launch.nodes": args.nodes, "launch.launcher": args.launcher, "slurm.time": args.time}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
@@ -50,7 +56,15 @@ def run(args: argparse.Namespace) -> int:
     # only, which change nothing about quoting.
     planned = args.run_dir or str(Path(cfg.output.runs_root) / f"{cfg.output.name}-00000000-000000")
     render_job(cfg, profile, str(Path(planned).expanduser().absolute()))
-    run_dir = create_run_dir(args.run_dir, cfg.output.name, cfg.output.runs_root, dump_config(cfg))
+    choice = choose_run_dir(args.run_dir, cfg, dump_config(cfg), no_resume=False)
+    if choice.finished:
+        print(f"supertune: {choice.message}", file=sys.stderr)
+        return 0
+    run_dir = choice.run
+    if choice.resumed:
+        if not args.dry_run:
+            _refuse_while_queued(run_dir)
+        print(f"supertune: {choice.message}", file=sys.stderr)
     _, script = prepare_job(cfg, profile, run_dir)
     if args.dry_run:
         sys.stdout.write(script)
@@ -60,3 +74,23 @@ def run(args: argparse.Namespace) -> int:
     print(job_id)
     print(f"supertune: submitted job {job_id}; run dir {run_dir.path}", file=sys.stderr)
     return 0
+
+
+# States in which a job may still write to its run directory.
+_ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "STOPPED")
+
+
+def _refuse_while_queued(run: Any) -> None:
+    """Two jobs must never train the same run directory at once."""
+    from ..errors import UserError
+    from ..slurm.commands import job_state
+    from ..slurm.jobs import job_records
+
+    records = job_records(run)
+    if records:
+        state = job_state(records[-1].job_id).state
+        if state in _ACTIVE:
+            raise UserError(
+                f"--run-dir: job {records[-1].job_id} of this run is still {state}; it resumes by itself "
+                f"after a requeue (cancel it first with `supertune cancel {run.path}` to submit anew)"
+            )

@@ -1,11 +1,14 @@
-"""`supertune train [CONFIG] [--run-dir DIR] [--nproc N] [section.key=value ...]`"""
+"""`supertune train [CONFIG] [--run-dir DIR] [--nproc N] [--no-resume] [section.key=value ...]`"""
 
 from __future__ import annotations
 
 import argparse
-
-from .run_config_args import add_run_config_arguments, split_config_and_overrides
 import json
+from pathlib import Path
+from typing import Any
+
+from ..rundir import RunDir
+from .run_config_args import add_run_config_arguments, split_config_and_overrides
 
 DESCRIPTION = (
     "Train a causal language model. Without CONFIG, the embedded default runs offline: a tiny Llama, "
@@ -20,33 +23,52 @@ def epilog() -> str:
         "examples:\n"
         "  supertune train\n"
         "  supertune train run.yaml training.max_steps=500 data.block_size=1024\n"
-        "  supertune train run.yaml --nproc 2 --run-dir runs/ddp-test\n\n"
+        "  supertune train run.yaml --nproc 2 --run-dir runs/ddp-test\n"
+        "  supertune train run.yaml --run-dir runs/ddp-test      # again: resumes from its latest checkpoint\n\n"
         "config keys (YAML sections, or section.key=value on the command line):\n" + keys_reference()
     )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_config_arguments(p)
-    p.add_argument("--run-dir", help="run directory (default: <output.runs_root>/<output.name>-<timestamp>)")
+    p.add_argument(
+        "--run-dir",
+        help="run directory (default: <output.runs_root>/<output.name>-<timestamp>); one that holds an "
+        "unfinished run is resumed from its latest good checkpoint",
+    )
     p.add_argument("--nproc", type=int, help="processes on this machine (same as launch.nproc=N)")
+    p.add_argument("--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..train.signals import REQUEUE_EXIT_CODE, clear_stop_files, install_signal_handlers, request_stop
+
+    # Before the heavy imports: SIGUSR1's default action would end this process.
+    stop_target: list[Path] = []
+    install_signal_handlers(also=lambda _name: [request_stop(p) for p in stop_target])
+
     from ..config import dump_config, load_run_config
     from ..launch.environment import launch_environment
-    from ..rundir import create_run_dir
 
     config, overrides = split_config_and_overrides(args)
     if args.nproc is not None:
         overrides.append(f"launch.nproc={args.nproc}")
     cfg = load_run_config(config, overrides)
-    run_dir = create_run_dir(args.run_dir, cfg.output.name, cfg.output.runs_root, dump_config(cfg))
-    print(f"supertune: run dir {run_dir.path}", flush=True)
+    run_dir = _run_dir(args, cfg, dump_config(cfg))
+    if run_dir is None:
+        return 0
+    clear_stop_files(run_dir.path)
+    stop_target.append(run_dir.path)
     if cfg.launch.nproc > 1 and not launch_environment().distributed:
         from ..launch.local import torchrun_argv
         from ..subprocesses import run_foreground
 
-        code = run_foreground(torchrun_argv(cfg.launch.nproc, run_dir.path))
+        # A stop signal to this process becomes the stop-request file, which the workers read:
+        # torchrun's agent is left alone (it would pass SIGTERM on with a 30 s limit, and SIGUSR1 kills it).
+        code = run_foreground(torchrun_argv(cfg.launch.nproc, run_dir.path, cfg.launch.max_restarts))
+        stopped = _stopped_record(run_dir)
+        if stopped is not None:
+            return _report_stop(stopped, REQUEUE_EXIT_CODE)
         if code != 0:
             print(f"supertune: error: torchrun exited with code {code}; see the output above", flush=True)
             return code
@@ -57,17 +79,48 @@ def run(args: argparse.Namespace) -> int:
 
         setup_logging()
         summary = run_training(cfg, run_dir)
+        if summary.get("stopped"):
+            return _report_stop(summary, REQUEUE_EXIT_CODE)
     if launch_environment().is_main:
         _report(summary, run_dir)
     return 0
+
+
+def _run_dir(args: argparse.Namespace, cfg: Any, config_text: str) -> RunDir | None:
+    """A new run directory, or the one named by --run-dir to resume (None: that run already finished)."""
+    from .run_dir_choice import choose_run_dir
+
+    choice = choose_run_dir(args.run_dir, cfg, config_text, args.no_resume)
+    print(f"supertune: {choice.message}", flush=True)
+    if choice.finished:
+        _report(json.loads(choice.run.summary.read_text()), choice.run)
+        return None
+    return choice.run
+
+
+def _stopped_record(run: RunDir) -> dict | None:
+    from ..train.signals import STOPPED_FILE
+
+    path = run.path / STOPPED_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _report_stop(record: dict, code: int) -> int:
+    print(
+        f"supertune: stopped at step {record['step']} on {record['reason']}; {record['checkpoint']} is saved. "
+        f"Run the same command again to resume (exit code {code})",
+        flush=True,
+    )
+    return code
 
 
 def _report(summary: dict, run_dir) -> None:
     lines = [
         f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
         + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
-        f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens in {summary['train_runtime_s']:.1f} s "
-        f"({summary['tokens_per_second']:.0f} tokens/s)",
+        f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
+        + (f" (resumed at step {summary['resumed_from_step']}; " if summary.get("resumed_from_step") is not None else " (")
+        + f"{summary['train_runtime_s']:.1f} s of training in this process, {summary['tokens_per_second']:.0f} tokens/s)",
         f"model saved to {run_dir.model}" if run_dir.model.exists() else "model not saved (output.save_model=false)",
     ]
     if summary.get("sample"):

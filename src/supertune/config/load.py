@@ -85,7 +85,7 @@ def _resolve_paths(cfg: RunConfig) -> RunConfig:
     if d.store:
         d.store = os.path.abspath(os.path.expanduser(d.store))
     m = cfg.model
-    for name in ("name_or_path", "tokenizer"):
+    for name in ("name_or_path", "tokenizer", "bundle"):
         ref = getattr(m, name)
         if ref and ref != "train" and os.path.exists(os.path.expanduser(ref)):
             setattr(m, name, os.path.abspath(os.path.expanduser(ref)))

@@ -69,6 +69,8 @@ class ModelConfig:
     """Allow model code from the model directory (needed by some hub models)."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) of name_or_path."""
+    bundle: str | None = None
+    """Token store made with `supertune prepare --bundle` whose offline bundle supplies the tokenizer and, with from_config, the model config: no hub access for either."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA adapters."""
 
@@ -108,7 +110,9 @@ class DataConfig:
     max_eval_samples: int | None = None
     """Use at most this many validation documents."""
     store: str | None = None
-    """Token store directory made by `supertune prepare`: train on its memory-mapped token ids (packing only) instead of reading and tokenizing the files."""
+    """Token store directory made by `supertune prepare`: train on its memory-mapped token ids instead of reading and tokenizing the files."""
+    store_check: Literal["auto", "sha256", "size"] = "auto"
+    """How data.store is checked when training starts, in every process: sha256 reads every byte, size only compares file sizes; auto: sha256 up to 4 GiB, size above (check a copied big store once with supertune prepare --verify)."""
 
 
 @dataclass
@@ -154,7 +158,7 @@ class TrainingConfig:
     save_steps: int = 100
     """Steps between checkpoints with save_strategy steps."""
     save_total_limit: int | None = 2
-    """Keep at most this many checkpoints (oldest deleted first)."""
+    """Keep the newest this many checkpoints (older ones deleted after each save; the one `latest` names never); empty: keep all."""
     logging_steps: int = 10
     """Steps between logged losses (console, metrics.jsonl, TensorBoard)."""
     seed: int = 42
@@ -225,6 +229,8 @@ class LaunchConfig:
     """Processes per node on nodes without GPUs (CPU training); empty: 1."""
     master_port: int | None = None
     """Rendezvous port; empty: derived from the SLURM job id, so jobs sharing a node never collide."""
+    max_restarts: int = 0
+    """torchrun: restart the processes of a node this many times after one fails; each restart resumes from the latest good checkpoint."""
 
 
 @dataclass
@@ -245,6 +251,10 @@ class SlurmConfig:
     """Ask for whole nodes."""
     extra_args: list[str] = field(default_factory=list)
     """More #SBATCH options, e.g. ["--constraint=a100", "--reservation=llm"]."""
+    signal_lead: int = 300
+    """Seconds before the time limit at which SLURM asks the run to checkpoint and stop (--signal=B:USR1@N; SLURM may send it up to a minute earlier). Allow for one step plus one checkpoint save."""
+    max_restarts: int = 20
+    """How often a job that stopped on a signal after its checkpoint requeues itself (scontrol requeue); 0: never."""
 
 
 @dataclass

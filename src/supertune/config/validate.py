@@ -107,12 +107,30 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
         )
     if m.tokenizer not in (None, "train") and _looks_local(m.tokenizer) and not os.path.isdir(os.path.expanduser(m.tokenizer)):
         p.append(f"model.tokenizer: directory {m.tokenizer!r} does not exist")
-    if m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
+    from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
+    if not from_bundle and m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
         p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
+    if m.bundle is not None:
+        _check_bundle(cfg, p)
     if m.lora.enabled and not m.lora.target_modules:
         p.append("model.lora.target_modules: empty; name the modules to adapt, e.g. [q_proj, v_proj] or [all-linear]")
     if m.dtype == "fp16" and cfg.training.bf16:
         p.append("model.dtype: fp16 weights with training.bf16 mixed precision do not mix; pick one precision")
+
+
+def _check_bundle(cfg: RunConfig, p: list[str]) -> None:
+    """Cheap checks of model.bundle; its files are checked with the store's manifest when used."""
+    m = cfg.model
+    root = os.path.expanduser(m.bundle or "")
+    if m.tokenizer is not None:
+        p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
+    if not os.path.isfile(os.path.join(root, "bundle", "tokenizer", "tokenizer_config.json")):
+        p.append(f"model.bundle: {m.bundle!r} has no offline bundle (no bundle/tokenizer/); make the store with supertune prepare --bundle")
+    elif m.from_config and m.name_or_path is not None and not os.path.isfile(os.path.join(root, "bundle", "model", "config.json")):
+        p.append(
+            f"model.bundle: the bundle of {m.bundle!r} holds no model config (its prepare named no model.name_or_path); "
+            "run supertune prepare --bundle with model.name_or_path set"
+        )
 
 
 def _looks_local(ref: str) -> bool:
@@ -163,9 +181,9 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         _check_template(d.template, p)
     if d.store is not None:
         _check_store(d, p)
-    if d.streaming and cfg.training.max_steps < 0:
+    if d.streaming and d.store is None and cfg.training.max_steps < 0:
         p.append("data.streaming: a stream has no length; set training.max_steps to a positive number of steps")
-    if d.streaming and not d.packing and d.max_length is None:
+    if d.streaming and d.store is None and not d.packing and d.max_length is None:
         p.append("data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512")
 
 
@@ -174,10 +192,6 @@ def _check_store(d: DataConfig, p: list[str]) -> None:
     path = os.path.expanduser(d.store or "")
     if not os.path.isfile(os.path.join(path, "manifest.json")):
         p.append(f"data.store: {d.store!r} is not a token store (no manifest.json); make one with supertune prepare CONFIG --out DIR")
-    if not d.packing:
-        p.append("data.store: a token store serves packed blocks only; set data.packing=true or remove data.store")
-    if d.streaming:
-        p.append("data.store: streaming from a token store is not supported yet; set data.streaming=false (the store is memory-mapped anyway)")
     if d.dataset_name:
         p.append("data.store: set together with data.dataset_name; the store already holds the data, remove one")
 
@@ -206,6 +220,19 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 
 
+def _seconds(slurm_time: str) -> int:
+    """Seconds of a Slurm time already matched by _SLURM_TIME: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    days, _, clock = slurm_time.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        h, m, sec = parts
+    else:
+        h, m, sec = 0, parts[0], (parts[1] if len(parts) == 2 else 0)
+    return (int(days or 0) * 24 + h) * 3600 + m * 60 + sec
+
+
 def _check_launch(cfg: RunConfig, p: list[str]) -> None:
     la, dist, slurm = cfg.launch, cfg.distributed, cfg.slurm
     _positive(p, "launch.nodes", la.nodes)
@@ -223,8 +250,17 @@ def _check_launch(cfg: RunConfig, p: list[str]) -> None:
         p.append(f"launch.gpus_per_node: must not be negative, got {la.gpus_per_node}")
     if la.master_port is not None and not 1024 <= la.master_port <= 65535:
         p.append(f"launch.master_port: must be a port between 1024 and 65535, got {la.master_port}")
+    if la.max_restarts < 0:
+        p.append(f"launch.max_restarts: must not be negative, got {la.max_restarts}")
+    if slurm.max_restarts < 0:
+        p.append(f"slurm.max_restarts: must not be negative, got {slurm.max_restarts} (0: never requeue)")
     if not _SLURM_TIME.match(slurm.time):
         p.append(f"slurm.time: {slurm.time!r} is not a Slurm time; write HH:MM:SS or D-HH:MM:SS, e.g. 02:00:00")
+    elif not 10 <= slurm.signal_lead < _seconds(slurm.time):
+        p.append(
+            f"slurm.signal_lead: {slurm.signal_lead} s must be at least 10 and less than slurm.time ({slurm.time}); "
+            "allow one training step plus one checkpoint save, e.g. 300"
+        )
     for arg in slurm.extra_args:
         if not arg.startswith("--"):
             p.append(f"slurm.extra_args: {arg!r} is not an sbatch option; write it as --name=value")

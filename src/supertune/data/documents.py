@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from ..config.schema import DataConfig
 
-__all__ = ["BATCH_DOCS", "encode_texts", "iter_row_batches", "iter_texts", "render_texts"]
+__all__ = ["BATCH_DOCS", "encode_flat", "encode_texts", "iter_row_batches", "iter_texts", "render_texts"]
 
 # Documents per call to the tokenizer: large enough for its Rust threads to stay busy, small
 # enough that the Python lists it returns stay a few MB.
@@ -40,6 +41,23 @@ def encode_texts(texts: list[str], tokenizer: Any, add_eos: bool) -> list[np.nda
     if add_eos:
         return [np.array(x + [eos], dtype=np.int32) for x in ids]
     return [np.array(x, dtype=np.int32) for x in ids]
+
+
+def encode_flat(texts: list[str], tokenizer: Any, add_eos: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ids encode_texts gives, as one concatenated int32 array and the (positive) document lengths.
+
+    What a token store writes. One numpy conversion per batch instead of one per document: half the
+    Python time per token of building a small array per document and concatenating them.
+    """
+    if not texts:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    ids = _token_ids(texts, tokenizer)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    if add_eos:
+        flat = np.insert(flat, np.cumsum(lengths), tokenizer.eos_token_id)
+        lengths += 1
+    return flat, lengths[lengths > 0]  # a document without tokens is no document
 
 
 def _token_ids(texts: list[str], tokenizer: Any) -> list[list[int]]:

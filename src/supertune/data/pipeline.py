@@ -39,7 +39,7 @@ class TrainingData:
 def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length: int) -> TrainingData:
     """Load, render, tokenize and batch the configured data (or read it from data.store)."""
     if d.store:
-        return _stored(d, tokenizer)
+        return _stored(d, tokenizer, context_length)
     raw = load_raw_splits(d, seed)
     if d.streaming:
         return _streamed(raw, d, tokenizer, seed)
@@ -72,11 +72,14 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
 
 def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tuple[Any, Any]:
     """The validation files alone, batched as in training: (dataset, collator)."""
-    if d.store and d.packing:
+    if d.store:
         from ..store.reader import open_store_for_run
 
         store = open_store_for_run(d, tokenizer)
-        return _blocks(store.validation.tokens, d, "evaluation"), None
+        if d.packing:
+            return _blocks(store.validation.tokens, d, "evaluation"), None
+        max_length = d.max_length or min(store.validation.longest(), context_length)
+        return PaddedDocuments(store.validation, max_length), PadCollator(tokenizer.pad_token_id, max_length)
     split = tokenize_split(load_validation_rows(d), d, tokenizer)
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
@@ -96,16 +99,28 @@ def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
     return blocks
 
 
-def _stored(d: DataConfig, tokenizer: Any) -> TrainingData:
-    """Packed blocks over the memory-mapped shards of a token store (checked before use)."""
+def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
+    """Packed blocks, or padded documents, over the memory-mapped shards of a token store (checked before use).
+
+    Either way the dataset is map-style over the store: the Trainer's sampler shuffles it by
+    training.seed and a resumed run skips to its position, which a stream cannot do exactly;
+    data.streaming changes nothing here, the memory map already reads lazily.
+    """
     from ..store.reader import open_store_for_run
 
     store = open_store_for_run(d, tokenizer)
+    if d.packing:
+        train, validation = _blocks(store.train.tokens, d, "training"), _blocks(store.validation.tokens, d, "validation")
+        collator, max_length = None, None
+    else:
+        max_length = d.max_length or min(store.train.longest(), context_length)
+        train, validation = PaddedDocuments(store.train, max_length), PaddedDocuments(store.validation, max_length)
+        collator = PadCollator(tokenizer.pad_token_id, max_length)
     return TrainingData(
-        train=_blocks(store.train.tokens, d, "training"),
-        validation=_blocks(store.validation.tokens, d, "validation"),
-        collator=None,
-        max_length=None,
+        train=train,
+        validation=validation,
+        collator=collator,
+        max_length=max_length,
         train_tokens_available=len(store.train.tokens),
         unigram_perplexity=store.manifest.unigram_perplexity,
     )

@@ -10,7 +10,7 @@ from ..config.schema import DataConfig
 from ..errors import UserError
 from .formats import file_format
 
-__all__ = ["RawSplits", "load_raw_splits", "load_validation_rows", "training_files", "validation_files"]
+__all__ = ["RawSplits", "load_hub_dataset", "load_raw_splits", "load_validation_rows", "training_files", "validation_files"]
 
 # Documents held out from a stream for validation when no validation files are given: a stream has
 # no length, so a percentage cannot be taken.
@@ -49,7 +49,7 @@ def validation_files(d: DataConfig) -> list[str]:
 def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
     """Load the configured documents; hold out validation_split_percentage when there are no validation files."""
     if d.dataset_name:
-        loaded = _load_hub(d)
+        loaded = load_hub_dataset(d)
     else:
         train = training_files(d)
         files: dict[str, list[str]] = {"train": train}
@@ -90,6 +90,8 @@ def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:
     datasets.disable_progress_bars()  # the run's own progress bar is the training one
     builder = file_format(next(iter(files.values()))[0])
     kwargs = {"sample_by": "line"} if builder == "text" else {}
+    if builder == "text" and not streaming and all(_plain_text(f) for fs in files.values() for f in fs):
+        return _read_text_lines(files)
     try:
         return datasets.load_dataset(builder, data_files=files, streaming=streaming, **kwargs)
     except Exception as exc:  # datasets raises many types for unreadable files; all mean the same to the user
@@ -97,7 +99,37 @@ def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:
         raise UserError(f"data: cannot read {builder} files {files}: {first}") from None
 
 
-def _load_hub(d: DataConfig) -> Any:
+def _plain_text(path: str) -> bool:
+    return os.path.splitext(path)[1].lower() in (".txt", ".text")  # not compressed
+
+
+def _read_text_lines(files: dict[str, list[str]]) -> Any:
+    """Uncompressed text files as the rows `datasets`' text builder (sample_by="line") gives, in memory.
+
+    The same rows: text mode translates "\r\n" and "\r" to "\n", lines split on "\n" only, line
+    breaks dropped, blank lines kept, no empty last row after a final newline (a test compares the
+    two on such files). It skips the builder's Arrow cache write and read back: 13 % of
+    `supertune prepare`'s time on 21 MB of wikitext, and the same share of a run's data start-up.
+    """
+    import datasets
+
+    splits = {}
+    for split, paths in files.items():
+        lines: list[str] = []
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"data: cannot read text file {path!r}: {exc}") from None
+            rows = text.split("\n")
+            lines += rows[:-1] if rows[-1] == "" else rows
+        splits[split] = datasets.Dataset.from_dict({"text": lines}, features=datasets.Features({"text": datasets.Value("string")}))
+    return datasets.DatasetDict(splits)
+
+
+def load_hub_dataset(d: DataConfig) -> Any:
+    """The hub dataset of data.dataset_name from the local datasets cache (all its splits)."""
     import datasets
     from huggingface_hub import constants
 

@@ -14,6 +14,7 @@ from ..rundir import RunDir, write_json_atomic
 from .deepspeed_json import ZERO_STAGES, deepspeed_config
 from .deepspeed_runtime import correct_accelerate_state, start_deepspeed_process
 from .fsdp import fsdp_arguments, refuse_fsdp_without_gpu
+from .process_group import join_restarted_group
 
 __all__ = [
     "DEEPSPEED_CONFIG_FILE",
@@ -38,7 +39,9 @@ def shards_parameters(cfg: RunConfig, env: LaunchEnvironment) -> bool:
 
 
 def prepare_process(cfg: RunConfig, env: LaunchEnvironment) -> None:
-    """Before the model is built: refuse what cannot run here, start DeepSpeed's communication."""
+    """Before the model is built: refuse what cannot run here, join a restarted process group,
+    start DeepSpeed's communication."""
+    join_restarted_group(env, cfg.training.ddp_timeout)
     if cfg.distributed.strategy == "fsdp":
         refuse_fsdp_without_gpu()
     elif uses_deepspeed(cfg):

@@ -48,6 +48,8 @@ class LaunchEnvironment:
     """Accelerator index for this process: 0 when the task sees exactly one device, else local_rank."""
     elastic_agent: bool = False
     """Whether a torchrun agent (torchrun itself, or accelerate's) started and watches this process."""
+    restart_count: int = 0
+    """How often a torchrun agent has restarted this process's group after a failure (--max-restarts)."""
 
     @property
     def is_main(self) -> bool:
@@ -141,6 +143,7 @@ def _from_torchrun(env: Mapping[str, str]) -> LaunchEnvironment | None:
         device_index=_device_index(env, local_rank),
         # torchrun's agents give their workers the rendezvous run id; the deepspeed launcher does not.
         elastic_agent="TORCHELASTIC_RUN_ID" in env,
+        restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", default=0) or 0,
     )
 
 

@@ -32,6 +32,13 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
     if m.name_or_path is None:
         config = _default_config(tokenizer, m.config_overrides)
         model = AutoModelForCausalLM.from_config(config, **common)
+    elif m.bundle and m.from_config:
+        from ..store.bundle import bundle_model_config
+
+        # The store's offline bundle: the config of name_or_path as prepare saw it, without hub access.
+        config = AutoConfig.from_pretrained(bundle_model_config(m.bundle), local_files_only=True, trust_remote_code=m.trust_remote_code)
+        _apply_overrides(config, m.config_overrides)
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code, **common)
     else:
         r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
         hub = {"local_files_only": r.local_files_only, "revision": m.revision, "trust_remote_code": m.trust_remote_code}

@@ -16,6 +16,10 @@ __all__ = ["load_tokenizer", "tokenizer_source"]
 def tokenizer_source(cfg: RunConfig) -> tuple[str, bool]:
     """(reference, local_files_only) of the tokenizer this config asks for, building it if needed."""
     m = cfg.model
+    if m.bundle:
+        from ..store.bundle import bundle_tokenizer
+
+        return bundle_tokenizer(m.bundle), True
     if m.tokenizer == "train":
         return str(_trained_on_data(cfg)), True
     if m.tokenizer:
@@ -39,7 +43,7 @@ def load_tokenizer(cfg: RunConfig) -> Any:
             ref, local_files_only=local_only, trust_remote_code=cfg.model.trust_remote_code, revision=cfg.model.revision
         )
     except (OSError, ValueError) as exc:
-        field = "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        field = "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
         raise UserError(f"{field}: cannot load a tokenizer from {ref!r}: {str(exc).splitlines()[0]}") from None
     if not getattr(tok, "is_fast", False):
         raise UserError(f"model.tokenizer: {ref!r} has no fast (Rust) tokenizer; supertune needs tokenizer.json")

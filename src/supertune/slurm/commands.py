@@ -41,9 +41,9 @@ def _check(result, what: str) -> str:
     return result.stdout
 
 
-def submit_script(script_path: str, workdir: str) -> str:
-    """sbatch a script; returns the job id."""
-    out = _check(run_captured(["sbatch", "--parsable", f"--chdir={workdir}", script_path]), "sbatch")
+def submit_script(script_path: str, workdir: str, options: tuple[str, ...] = ()) -> str:
+    """sbatch a script (with sbatch `options` such as --dependency=afterok:ID); returns the job id."""
+    out = _check(run_captured(["sbatch", "--parsable", f"--chdir={workdir}", *options, script_path]), "sbatch")
     job_id = out.strip().split(";")[0]
     if not job_id.isdigit():
         raise UserError(f"sbatch answered {out.strip()!r} instead of a job id")

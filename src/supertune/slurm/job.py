@@ -35,6 +35,12 @@ class JobSpec:
     """Interpreter on the compute nodes: the submitting one (a shared filesystem), or python in a container."""
     master_port: int | None
     """Fixed rendezvous port; None derives it from the job id when the job starts."""
+    signal_lead: int = 300
+    """Seconds before the time limit at which the batch shell gets USR1."""
+    max_restarts: int = 20
+    """Requeues after a stop on USR1 (SLURM_RESTART_COUNT counts them)."""
+    launcher_restarts: int = 0
+    """torchrun / accelerate: restarts of a node's processes after a failure (launch.max_restarts)."""
 
     @property
     def world_size(self) -> int:
@@ -77,6 +83,9 @@ def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str)
         extra_args=tuple(slurm.extra_args),
         python="python3" if in_container else python,
         master_port=la.master_port,
+        signal_lead=slurm.signal_lead,
+        max_restarts=slurm.max_restarts,
+        launcher_restarts=la.max_restarts,
     )
 
 

@@ -39,6 +39,7 @@ def step_command(job: JobSpec, container: list[object]) -> tuple[list[object], b
             Expand("--rdzv-id=${SLURM_JOB_ID}"),
             "--rdzv-backend=c10d",
             Expand("--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}"),
+            *([f"--max-restarts={job.launcher_restarts}"] if job.launcher_restarts else []),
             "-m", WORKER_MODULE, job.run_dir,
         ], False
     if job.launcher == "accelerate":
@@ -50,6 +51,7 @@ def step_command(job: JobSpec, container: list[object]) -> tuple[list[object], b
             "--machine_rank", NODE_RANK,
             "--main_process_ip", MASTER_ADDR,
             "--main_process_port", MASTER_PORT,
+            *(["--max_restarts", str(job.launcher_restarts)] if job.launcher_restarts else []),
             "-m", WORKER_MODULE, job.run_dir,
         ], True
     if job.launcher == "deepspeed":

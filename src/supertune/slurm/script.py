@@ -11,11 +11,13 @@ import re
 
 from ..clusters.schema import ClusterProfile
 from ..launch.environment import PORT_BASE, PORT_SPAN
+from ..rundir import SUMMARY_FILE
+from ..train.signals import REQUEUE_EXIT_CODE, STOP_FILE, STOPPED_FILE
 from .job import JobSpec
 from .launchers import HOSTFILE, step_command
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 
-__all__ = ["render_sbatch", "container_words", "LOG_DIR"]
+__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "LOG_DIR"]
 
 LOG_DIR = "logs"
 
@@ -25,7 +27,7 @@ def render_sbatch(job: JobSpec, profile: ClusterProfile) -> str:
     sections = [
         _header(job),
         "set -euo pipefail",
-        _modules(profile),
+        modules_section(profile),
         _environment(job, profile),
         _rendezvous(job),
         _step(job, profile),
@@ -49,6 +51,8 @@ def _header(job: JobSpec) -> str:
         ("output", sbatch_value("--run-dir", f"{logs}/%x-%j.out")),
         ("error", sbatch_value("--run-dir", f"{logs}/%x-%j.err")),
         ("open-mode", "append"),
+        # USR1 to the batch shell (B:) signal_lead seconds before the time limit: checkpoint, requeue.
+        ("signal", f"B:USR1@{job.signal_lead}"),
     ]
     lines = [
         "#!/bin/bash",
@@ -56,6 +60,7 @@ def _header(job: JobSpec) -> str:
         "# Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
     ]
     lines += [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+    lines.append("#SBATCH --requeue")
     if job.exclusive:
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {sbatch_value('slurm.extra_args', arg)}" for arg in job.extra_args]
@@ -66,7 +71,8 @@ def _comment(text: str) -> str:
     return text.replace("\n", " ").replace("\r", " ")
 
 
-def _modules(profile: ClusterProfile) -> str:
+def modules_section(profile: ClusterProfile) -> str:
+    """The profile's `module purge` / `module load` lines (empty when it has none)."""
     if not profile.modules and not profile.module_purge:
         return ""
     lines = [
@@ -85,7 +91,7 @@ def _modules(profile: ClusterProfile) -> str:
 def _environment(job: JobSpec, profile: ClusterProfile) -> str:
     lines = ["# Environment of every process (cluster profile, then supertune's own)"]
     for name, value in profile.env.items():
-        lines.append(f"export {_env_name(name)}={env_value(str(value))}")
+        lines.append(f"export {env_name(name)}={env_value(str(value))}")
     if "OMP_NUM_THREADS" not in profile.env:
         # One thread per core of each process. Left unset, torch (or accelerate) starts as many threads
         # as the node has cores in every process, and N processes then fight over the same cores
@@ -101,7 +107,8 @@ def _environment(job: JobSpec, profile: ClusterProfile) -> str:
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _env_name(name: str) -> str:
+def env_name(name: str) -> str:
+    """`name` when it can name an environment variable, else a UserError naming it."""
     from ..errors import UserError
 
     if not _ENV_NAME.match(name):
@@ -128,7 +135,8 @@ def _rendezvous(job: JobSpec) -> str:
         ]
     lines.append(
         'echo "supertune: job ${SLURM_JOB_ID} on ${SLURM_JOB_NUM_NODES} node(s), '
-        f'{job.world_size} processes ({job.launcher}), master ${{MASTER_ADDR}}:${{MASTER_PORT}}"'
+        f'{job.world_size} processes ({job.launcher}), master ${{MASTER_ADDR}}:${{MASTER_PORT}}, '
+        'restart ${SLURM_RESTART_COUNT:-0}"'
     )
     return "\n".join(lines)
 
@@ -154,11 +162,66 @@ def _step(job: JobSpec, profile: ClusterProfile) -> str:
     # --cpus-per-task again: srun of Slurm 22.05 to 23.02 does not take it over from the job, and
     # would confine each launcher agent and all of its processes to one core.
     srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}", f"--cpus-per-task={job.cpus_per_task}"]
-    lines = ["# Training: " + job.launcher]
+    lines = [_fill(_STOP_HANDLING, job), "# Training: " + job.launcher + " (in the background, so that the traps above run at once)"]
     if per_node:
         # Per-node values ($SLURM_NODEID) must expand on each node, not in this batch shell.
         lines.append("# shellcheck disable=SC2016  # the ${...} in single quotes expand in bash -c on each node")
-        lines.append(join(srun) + " bash -c " + quote("exec " + join(words)))
+        lines.append(join(srun) + " bash -c " + quote("exec " + join(words)) + " &")
     else:
-        lines.append(join(srun + words))
+        lines.append(join(srun + words) + " &")
+    lines.append(_fill(_AFTER_STEP, job))
     return "\n".join(lines)
+
+
+def _fill(template: str, job: JobSpec) -> str:
+    values = {
+        "STOP_FILE": STOP_FILE,
+        "STOPPED_FILE": STOPPED_FILE,
+        "SUMMARY_FILE": SUMMARY_FILE,
+        "REQUEUE_EXIT_CODE": str(REQUEUE_EXIT_CODE),
+        "MAX_RESTARTS": str(int(job.max_restarts)),
+    }
+    for name, value in values.items():
+        template = template.replace(f"@{name}@", value)
+    return template
+
+
+# A signal to this shell becomes the stop-request file, which the training processes read once per
+# step: they finish the step, save a checkpoint and stop (supertune.train.stopping). USR1 comes from
+# --signal before the time limit (or `scancel --batch --signal=USR1`) and asks for a requeue as
+# well; TERM (scancel, preemption) only for the checkpoint: SLURM decides what happens next.
+_STOP_HANDLING = """\
+# Stop requests: checkpoint, then requeue (USR1) or just stop (TERM)
+rm -f -- "$SUPERTUNE_RUN_DIR/@STOP_FILE@" "$SUPERTUNE_RUN_DIR/@STOPPED_FILE@"
+requeue_wanted=0
+# shellcheck disable=SC2317  # called by the traps below
+stop_requested() {
+  echo "supertune: $1 received by the job script: the run finishes its step, saves a checkpoint and stops"
+  touch -- "$SUPERTUNE_RUN_DIR/@STOP_FILE@"
+}
+trap 'requeue_wanted=1; stop_requested USR1' USR1
+trap 'stop_requested TERM' TERM"""
+
+# `wait` returns early whenever a trapped signal arrives; bash keeps the step's exit status, so the
+# last `wait` reads it after the step has ended.
+_AFTER_STEP = """\
+step_pid=$!
+while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
+status=0
+wait "$step_pid" || status=$?
+
+# Finished; or stopped after its checkpoint on USR1: requeue while restarts remain
+if [ -f "$SUPERTUNE_RUN_DIR/@SUMMARY_FILE@" ] || [ ! -f "$SUPERTUNE_RUN_DIR/@STOPPED_FILE@" ] || [ "$requeue_wanted" != 1 ]; then
+  exit "$status"
+fi
+restarts="${SLURM_RESTART_COUNT:-0}"
+if [ "$restarts" -ge @MAX_RESTARTS@ ]; then
+  echo "supertune: checkpoint saved, not requeued: slurm.max_restarts (@MAX_RESTARTS@) reached; submit the run again to resume"
+  exit @REQUEUE_EXIT_CODE@
+fi
+echo "supertune: checkpoint saved; requeueing job ${SLURM_JOB_ID} (restart $((restarts + 1)) of @MAX_RESTARTS@)"
+if ! scontrol requeue "$SLURM_JOB_ID"; then
+  echo "supertune: scontrol requeue failed; submit the run again to resume"
+  exit @REQUEUE_EXIT_CODE@
+fi
+exit 0"""

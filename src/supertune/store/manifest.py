@@ -98,14 +98,19 @@ class Manifest:
     splits: dict[str, SplitEntry]
     unigram_perplexity: float
     """Add-one unigram model of the train tokens on the validation tokens (the run summary's baseline)."""
+    dataset: dict[str, str | None] | None = None
+    """{"name": ..., "config": ...} of the hub dataset the documents came from; None for files."""
+    bundle: list[FileEntry] | None = None
+    """The offline bundle (`prepare --bundle`): tokenizer files under bundle/tokenizer/, model config under bundle/model/."""
 
     def files(self) -> list[tuple[FileEntry, int]]:
-        """Every data file with the bytes per element it holds."""
+        """Every file but the manifest, with the bytes per element it holds."""
         width = 2 if self.dtype == "uint16" else 4
         out: list[tuple[FileEntry, int]] = []
         for s in self.splits.values():
             out.append((s.offsets, 8))
             out += [(sh, width) for sh in s.shards]
+        out += [(f, 1) for f in self.bundle or []]
         return out
 
 
@@ -184,4 +189,6 @@ def _from_dict(raw: dict[str, Any]) -> Manifest:
         dtype=raw["dtype"],
         splits=splits,
         unigram_perplexity=float(raw["unigram_perplexity"]),
+        dataset=raw.get("dataset"),
+        bundle=[FileEntry(**f) for f in raw["bundle"]] if raw.get("bundle") is not None else None,
     )

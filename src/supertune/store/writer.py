@@ -12,7 +12,7 @@ import hashlib
 import os
 import shutil
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,8 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..config.schema import RunConfig
-from ..data.documents import encode_texts, iter_row_batches, render_texts
-from ..data.formats import expand_files
+from ..data.documents import encode_flat, iter_row_batches, render_texts
 from ..errors import UserError
 from .manifest import (
     FORMAT,
@@ -32,17 +31,16 @@ from .manifest import (
     SourceFile,
     SplitEntry,
     TokenizerEntry,
-    sha256_file,
     tokenizer_fingerprint,
     write_manifest,
 )
+from .progress import Progress
 
-__all__ = ["DEFAULT_SHARD_TOKENS", "prepare_store"]
+__all__ = ["DEFAULT_SHARD_TOKENS", "SplitWriter", "StorePlan", "check_target", "id_dtype", "prepare_store", "tokenize_rows", "write_store"]
 
 # Tokens per shard: 2^28 ids are 512 MiB as uint16, 1 GiB as uint32; big enough that a large store
 # has few files, small enough to copy, hash and re-send one at a time.
 DEFAULT_SHARD_TOKENS = 1 << 28
-PROGRESS_SECONDS = 5.0
 
 
 @dataclass
@@ -53,7 +51,7 @@ class _Open:
     tokens: int = 0
 
 
-class _SplitWriter:
+class SplitWriter:
     """Appends documents of one split to <split>-NNNNN.bin shards and their ends to <split>.idx."""
 
     def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int) -> None:
@@ -74,15 +72,14 @@ class _SplitWriter:
         target.handle.write(data)
         target.digest.update(data)
 
-    def add(self, docs: list[np.ndarray]) -> None:
-        docs = [x for x in docs if len(x)]  # as training does: a document without tokens is no document
-        if not docs:
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Documents given as their concatenated ids and their (positive) lengths."""
+        if not len(lengths):
             return
-        lengths = np.fromiter((len(x) for x in docs), dtype=np.int64, count=len(docs))
         self._write(self.offsets, (self.tokens + np.cumsum(lengths)).astype("<i8"))
-        flat = np.concatenate(docs).astype(self.dtype)
+        flat = flat.astype(self.dtype, copy=False)
         self.tokens += len(flat)
-        self.documents += len(docs)
+        self.documents += len(lengths)
         while len(flat):
             if self.current is None:
                 self.current = self._open(f"{self.split}-{len(self.shards):05d}.bin")
@@ -115,32 +112,59 @@ def _finish(handle: BinaryIO) -> None:
     handle.close()
 
 
-def prepare_store(cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False) -> Manifest:
-    """Tokenize cfg's data into a store at `out`; returns its manifest."""
-    from ..data.sources import load_raw_splits, training_files, validation_files
-    from ..defaults.baseline import unigram_perplexity_from_counts
+def prepare_store(
+    cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False, bundle: bool = False
+) -> Manifest:
+    """Tokenize cfg's data into a store at `out` in this process; returns its manifest."""
+    from ..data.sources import load_raw_splits
 
-    d = cfg.data
-    if d.dataset_name:
-        raise UserError("data.dataset_name: supertune prepare reads local files only so far; give data.train_files")
-    _check_target(out, force)
-    vocab = len(tokenizer)
-    dtype = np.dtype("<u2") if vocab <= 1 << 16 else np.dtype("<u4")
-    # Hashing the sources reads them once more (about 1-2 GB/s); it lets a store name exactly what it came from.
-    sources = {"train": _sources(training_files(d)), "validation": _sources(validation_files(d))}
-    size = sum(f.size for fs in sources.values() for f in fs)
-    print(f"supertune: prepare: reading {sum(map(len, sources.values()))} files ({size / 1e6:,.1f} MB)", file=sys.stderr, flush=True)
-    raw = load_raw_splits(d, cfg.training.seed)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    check_target(out, force)
+    plan = StorePlan.of(cfg, tokenizer, bundle)
+    raw = load_raw_splits(cfg.data, cfg.training.seed)
+
+    def fill(tmp: Path) -> Manifest:
         counts: dict[str, np.ndarray] = {}
         splits = {}
         for name, rows in (("train", raw.train), ("validation", raw.validation)):
-            writer = _SplitWriter(tmp, name, dtype, shard_tokens)
-            counts[name] = _tokenize(rows, cfg, tokenizer, writer, name, vocab)
+            writer = SplitWriter(tmp, name, plan.dtype, shard_tokens)
+            counts[name] = tokenize_rows(rows, cfg, tokenizer, writer.add_flat, name)
             splits[name] = writer.close()
+        return plan.manifest(tmp, cfg, tokenizer, splits, counts)
+
+    return write_store(out, fill)
+
+
+def id_dtype(tokenizer: Any) -> np.dtype:
+    """Little-endian uint16 when every id fits (vocabularies up to 65,536), else uint32."""
+    return np.dtype("<u2") if len(tokenizer) <= 1 << 16 else np.dtype("<u4")
+
+
+@dataclass
+class StorePlan:
+    """What a store records beside its token ids, known before tokenizing: id width, sources, bundle."""
+
+    dtype: np.dtype
+    sources: dict[str, list[SourceFile]]
+    bundle: bool
+
+    @classmethod
+    def of(cls, cfg: RunConfig, tokenizer: Any, bundle: bool) -> StorePlan:
+        from .sources import source_files
+
+        dtype = id_dtype(tokenizer)
+        # Hashing the sources reads them once more (about 1-2 GB/s); it lets a store name exactly what it came from.
+        sources = source_files(cfg.data)
+        size = sum(f.size for fs in sources.values() for f in fs)
+        count = sum(map(len, sources.values()))
+        print(f"supertune: prepare: reading {count} files ({size / 1e6:,.1f} MB)", file=sys.stderr, flush=True)
+        return cls(dtype, sources, bundle)
+
+    def manifest(self, tmp: Path, cfg: RunConfig, tokenizer: Any, splits: dict[str, SplitEntry], counts: dict[str, np.ndarray]) -> Manifest:
+        """Check the splits, write the bundle (when asked) and the manifest into `tmp`."""
+        from ..defaults.baseline import unigram_perplexity_from_counts
+        from .bundle import write_bundle
+
+        d = cfg.data
         if not splits["train"].tokens:
             raise UserError(f"data: no training text found in column {d.text_field!r}; check data.text_field and the files")
         if not splits["validation"].tokens:
@@ -148,69 +172,73 @@ def prepare_store(cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int =
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
-            tokenizer=TokenizerEntry(tokenizer_fingerprint(tokenizer), vocab, int(tokenizer.eos_token_id), _name(tokenizer)),
+            tokenizer=TokenizerEntry(tokenizer_fingerprint(tokenizer), len(tokenizer), int(tokenizer.eos_token_id), _name(tokenizer)),
             template=d.template,
             text_field=d.text_field,
             add_eos=d.add_eos,
-            split_rule=_split_rule(cfg),
-            sources=sources,
-            dtype=dtype.name,
+            split_rule=_split_rule(cfg, bool(self.sources.get("validation"))),
+            sources=self.sources,
+            dtype=self.dtype.name,
             splits=splits,
             unigram_perplexity=unigram_perplexity_from_counts(counts["train"], counts["validation"]),
+            dataset={"name": _dataset_name(d.dataset_name), "config": d.dataset_config} if d.dataset_name else None,
+            bundle=write_bundle(tmp, cfg, tokenizer) if self.bundle else None,
         )
         write_manifest(tmp, manifest)
+        return manifest
+
+
+def write_store(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
+    """Let `fill` write a store into a temporary directory next to `out`, then rename it into place."""
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = fill(tmp)
         _publish(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 
-def _tokenize(rows: Any, cfg: RunConfig, tokenizer: Any, writer: _SplitWriter, name: str, vocab: int) -> np.ndarray:
-    """Render and tokenize a split in batches (the tokenizer's Rust threads use every core); returns its unigram counts."""
+def tokenize_rows(rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.ndarray, np.ndarray], None], name: str) -> np.ndarray:
+    """Render and tokenize rows in batches (the tokenizer's Rust threads use every core), giving each
+    batch's documents to `sink` as (concatenated ids, lengths); returns the unigram counts of the split."""
+    vocab = len(tokenizer)
     counts = np.zeros(vocab, dtype=np.int64)
     total = len(rows) if hasattr(rows, "__len__") else None
-    started = last = time.monotonic()
-    seen = 0
+    progress = Progress(name, total)
     for batch in iter_row_batches(rows):
-        docs = encode_texts(render_texts(batch, cfg.data), tokenizer, cfg.data.add_eos)
-        writer.add(docs)
-        if docs:
-            counts += np.bincount(np.concatenate(docs), minlength=vocab)
-        seen += len(next(iter(batch.values()))) if batch else 0
-        now = time.monotonic()
-        if now - last >= PROGRESS_SECONDS:
-            last = now
-            _progress(name, seen, total, writer.tokens, now - started)
-    _progress(name, seen, total, writer.tokens, time.monotonic() - started)
+        flat, lengths = encode_flat(render_texts(batch, cfg.data), tokenizer, cfg.data.add_eos)
+        sink(flat, lengths)
+        counts += np.bincount(flat, minlength=vocab)
+        progress.update(len(next(iter(batch.values()))) if batch else 0, len(flat))
+    progress.close()
     return counts
 
 
-def _progress(name: str, rows: int, total: int | None, tokens: int, seconds: float) -> None:
-    of = f"/{total:,}" if total is not None else ""
-    rate = tokens / seconds if seconds > 0 else 0.0
-    print(f"supertune: prepare {name}: {rows:,}{of} rows, {tokens:,} tokens ({rate:,.0f} tokens/s)", file=sys.stderr, flush=True)
-
-
-def _split_rule(cfg: RunConfig) -> dict[str, Any]:
+def _split_rule(cfg: RunConfig, validation_source: bool) -> dict[str, Any]:
+    """validation_source: the validation documents have sources of their own (validation files, the
+    embedded corpus's validation file, a hub dataset's validation split) instead of a held-out share."""
     d = cfg.data
     rule: dict[str, Any] = {"max_train_samples": d.max_train_samples, "max_eval_samples": d.max_eval_samples}
-    if d.validation_files or not d.train_files:  # no train files: the embedded corpus, which has its own validation file
+    if validation_source:
         rule["validation"] = "files"
     else:
         rule.update(validation="percentage", percentage=d.validation_split_percentage, seed=cfg.training.seed)
     return rule
 
 
-def _sources(patterns: list[str]) -> list[SourceFile]:
-    files = expand_files(patterns)
-    return [SourceFile(os.path.basename(f), os.path.getsize(f), sha256_file(Path(f))) for f in files]
+def _dataset_name(name: str) -> str:
+    """A hub id as is; a local dataset directory by its base name (no absolute paths in a manifest)."""
+    return os.path.basename(name.rstrip("/")) if os.path.isdir(os.path.expanduser(name)) else name
 
 
 def _name(tokenizer: Any) -> str:
     return os.path.basename(str(getattr(tokenizer, "name_or_path", "")).rstrip("/")) or "tokenizer"
 
 
-def _check_target(out: Path, force: bool) -> None:
+def check_target(out: Path, force: bool) -> None:
     if not out.exists():
         return
     if not out.is_dir():

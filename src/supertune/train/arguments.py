@@ -29,7 +29,6 @@ PASSED_THROUGH = (
     "eval_steps",
     "save_strategy",
     "save_steps",
-    "save_total_limit",
     "logging_steps",
     "seed",
     "full_determinism",
@@ -60,6 +59,9 @@ def training_arguments(cfg: RunConfig, run_dir: Path, strategy: dict[str, Any] |
         kwargs["warmup_steps"] = int(t.warmup_steps)
     return TrainingArguments(
         output_dir=str(run_dir / "checkpoints"),
+        # Old checkpoints are removed by supertune.checkpoints.layout (training.save_total_limit),
+        # which never removes the one `latest` names.
+        save_total_limit=None,
         report_to=[],  # TensorBoard is attached by supertune with its own log dir (see callbacks)
         include_num_input_tokens_seen="non_padding",
         logging_first_step=True,

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["MetricsFile", "tensorboard_callback"]
+__all__ = ["MetricsFile", "append_event", "tensorboard_callback"]
+
+
+def append_event(path: Path, record: dict[str, Any]) -> None:
+    """Append one record to a metrics.jsonl file."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), or None where that cannot be read."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
 
 
 class MetricsFile(TrainerCallback):
@@ -19,11 +36,21 @@ class MetricsFile(TrainerCallback):
         self.path = path
         self.tokens_per_step = tokens_per_step
         self.started = time.time()
+        self.first_step_seen = False
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        # Time to the first optimizer step is what users wait through on every start; record it once.
-        if state.global_step == 1 and state.is_world_process_zero:
-            self._append({"event": "first_step", "step": 1, "unix_time": time.time(), "elapsed_s": round(time.time() - self.started, 3)})
+        # Time to the first optimizer step is what users wait through on every start (and restart
+        # after a resume); record it once per process, also counted from the process's start.
+        if not self.first_step_seen and state.is_world_process_zero:
+            self.first_step_seen = True
+            age = process_age_s()
+            self._append({
+                "event": "first_step",
+                "step": state.global_step,
+                "unix_time": time.time(),
+                "elapsed_s": round(time.time() - self.started, 3),
+                "since_process_start_s": round(age, 3) if age is not None else None,
+            })
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:
@@ -35,8 +62,7 @@ class MetricsFile(TrainerCallback):
         self._append(record)
 
     def _append(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_event(self.path, record)
 
 
 def tensorboard_callback(log_dir: Path) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -15,8 +16,12 @@ from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
+from ..checkpoints.faults import fault_point
 from ..rundir import RunDir, write_json_atomic
+from .callbacks import append_event
 from .final_model import save_final_model
+from .resume import choose_checkpoint
+from .signals import STOPPED_FILE
 from .trainer import build_trainer, tokens_per_step
 
 __all__ = ["run_training"]
@@ -25,7 +30,9 @@ log = logging.getLogger("supertune")
 
 
 def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
-    """Train, evaluate, save and sample; returns the summary written to <run dir>/summary.json."""
+    """Train (resuming from the run's latest good checkpoint), evaluate, save and sample; returns
+    the summary written to <run dir>/summary.json, or, when the run was asked to stop and saved a
+    checkpoint instead of finishing, the record written to <run dir>/stopped.json (key "stopped")."""
     from transformers import set_seed
 
     started = time.time()
@@ -35,14 +42,25 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
-    trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
+    trainer, guard, run_guard = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size)
-    train_out = trainer.train()
+    resume = choose_checkpoint(trainer.supertune.layout, env.is_main, env.world_size)
+    if resume is not None:
+        path, manifest = resume
+        _log_resume(path, manifest, env)
+        fault_point("resume.loaded", manifest.step, env.rank)
+    if resume is not None and _training_done(cfg, resume[0]):
+        train_out = _load_finished(trainer, resume[0])
+    else:
+        train_out = trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+    if run_guard.stopped is not None:
+        return _stopped(run, trainer, run_guard.stopped, env)
     # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
     # also make the same number of forward calls, which token_mean_loss guarantees.
     eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
     save_final_model(trainer, tokenizer, cfg, run, env)
-    summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started)
+    fault_point("final.model", trainer.state.global_step, env.rank)
+    summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resume[1] if resume else None)
     summary["sharding"] = guard.report
     sample = _sample(cfg, trainer, tokenizer, env)
     if env.is_main:
@@ -50,6 +68,47 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
             summary["sample"] = sample
         write_json_atomic(run.summary, summary)
     return summary
+
+
+def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
+    log.info("resuming from %s: step %d, %d tokens seen, %d sequences consumed", path.name, manifest.step, manifest.tokens_seen, manifest.samples_seen)
+    if manifest.world_size != env.world_size:
+        log.warning(
+            "%s was written by %d processes and this run has %d: training continues, but the data order "
+            "differs from an uninterrupted run", path.name, manifest.world_size, env.world_size
+        )
+
+
+def _training_done(cfg: RunConfig, checkpoint: Any) -> bool:
+    """Whether the checkpoint holds the last step already: the Trainer, resumed there, would train one more."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    planned = cfg.training.max_steps if cfg.training.max_steps > 0 else int(state.get("max_steps") or 0)
+    return int(state["global_step"]) >= planned > 0
+
+
+def _load_finished(trainer: Any, checkpoint: Any) -> Any:
+    """Weights and trainer state of a checkpoint written at the last step, for evaluation and saving."""
+    from transformers import TrainerState
+    from transformers.trainer_utils import TrainOutput
+
+    trainer._load_from_checkpoint(str(checkpoint))
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    # The Trainer's training_loss is the mean over all steps; the logged losses (one per
+    # logging_steps) are what the checkpoint keeps of it.
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    log.info("%s holds the last step (%d): evaluating and saving without training", checkpoint.name, trainer.state.global_step)
+    return TrainOutput(trainer.state.global_step, sum(losses) / len(losses) if losses else float("nan"), {"train_runtime": 0.0})
+
+
+def _stopped(run: RunDir, trainer: Any, reason: str, env: LaunchEnvironment) -> dict[str, Any]:
+    """Record a stop on request: the checkpoint of this step is published; run again to resume."""
+    step = int(trainer.state.global_step)
+    record = {"stopped": True, "reason": reason, "step": step, "checkpoint": f"checkpoint-{step}", "unix_time": time.time()}
+    if env.is_main:
+        append_event(run.metrics, {"event": "stopped", "step": step, "reason": reason})
+        write_json_atomic(run.path / STOPPED_FILE, record)
+    log.info("stopped at step %d on %s; checkpoint-%d is saved: run the same command again to resume", step, reason, step)
+    return record
 
 
 def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment) -> str | None:
@@ -65,10 +124,12 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
 
 
 def _summary(
-    cfg: RunConfig, trainer: Any, train_out: Any, eval_loss: float, eval_tokens: int, data: Any, wall_s: float
+    cfg: RunConfig, trainer: Any, train_out: Any, eval_loss: float, eval_tokens: int, data: Any, wall_s: float, resumed: Any
 ) -> dict[str, Any]:
     runtime = float(train_out.metrics.get("train_runtime", 0.0))
     tokens = int(trainer.state.num_input_tokens_seen or 0)
+    # After a resume, runtime covers this process's steps only, and so does the rate.
+    tokens_now = tokens - (resumed.tokens_seen if resumed else 0)
     return {
         "eval_loss": eval_loss,
         "eval_tokens": eval_tokens,
@@ -78,7 +139,8 @@ def _summary(
         "train_steps": int(trainer.state.global_step),
         "train_tokens": tokens,
         "train_runtime_s": runtime,
-        "tokens_per_second": tokens / runtime if runtime else 0.0,
+        "tokens_per_second": tokens_now / runtime if runtime else 0.0,
+        "resumed_from_step": resumed.step if resumed else None,
         "wall_time_s": wall_s,
         "world_size": trainer.args.world_size,
         "model": cfg.model.name_or_path or "embedded tiny Llama",

@@ -1,4 +1,4 @@
-"""The transformers Trainer of a run, with supertune's callbacks and collators."""
+"""The Trainer of a run (supertune.train.guarded_trainer), with supertune's callbacks and collators."""
 
 from __future__ import annotations
 
@@ -9,35 +9,46 @@ from ..data.pipeline import TrainingData
 from ..distributed.guard import StrategyGuard
 from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment
+from ..checkpoints.layout import CheckpointDir
 from ..rundir import RunDir
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
+from .guarded_trainer import CheckpointSettings, GuardedTrainer
+from .stopping import RunGuard
 
-__all__ = ["build_trainer", "tokens_per_step"]
+__all__ = ["build_trainer", "tokens_per_step", "global_batch"]
 
 
 def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
     """Tokens in one optimizer step when every sequence is full (packing); None for padded batches."""
     if not cfg.data.packing:
         return None
+    return global_batch(cfg, world_size) * cfg.data.block_size
+
+
+def global_batch(cfg: RunConfig, world_size: int) -> int:
+    """Sequences in one optimizer step over all processes."""
     t = cfg.training
-    return t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size * cfg.data.block_size
+    return t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size
 
 
 def build_trainer(
     cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment
-) -> tuple[Any, StrategyGuard]:
-    """The Trainer, and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks."""
-    from transformers import Trainer, default_data_collator
+) -> tuple[Any, StrategyGuard, RunGuard]:
+    """The Trainer; the guard that checks (when training begins) that the model is wrapped as
+    distributed.strategy asks; and the guard that stops the run on request or on a NaN."""
+    from transformers import default_data_collator
 
+    layout = CheckpointDir(run.checkpoints)
     guard = StrategyGuard(cfg, env.world_size)
-    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard]
+    run_guard = RunGuard(run.path, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
+    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
         callbacks.append(tensorboard_callback(run.tensorboard))
     args = training_arguments(cfg, run.path, strategy_arguments(cfg, run, model, env))
     after_training_arguments(cfg, env)
-    trainer = Trainer(
+    trainer = GuardedTrainer(
         model=model,
         args=args,
         train_dataset=data.train,
@@ -46,5 +57,13 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    trainer.supertune = CheckpointSettings(
+        layout=layout,
+        config_file=run.config,
+        keep=cfg.training.save_total_limit,
+        global_batch=global_batch(cfg, env.world_size),
+        rank=env.rank,
+        guard=run_guard,
+    )
     guard.trainer = trainer
-    return trainer, guard
+    return trainer, guard, run_guard

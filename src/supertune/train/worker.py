@@ -11,15 +11,22 @@ import sys
 import time
 from pathlib import Path
 
-from ..config.load import load_run_config
-from ..errors import UserError
-from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment
-from ..rundir import RunDir
-from .logging_setup import setup_logging
-from .run import run_training
+from .signals import install_signal_handlers
+
+# First of all: SIGUSR1's default action ends the process, and the imports below take seconds.
+install_signal_handlers()
+
+from ..config.load import load_run_config  # noqa: E402
+from ..errors import UserError  # noqa: E402
+from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
+from ..rundir import RunDir  # noqa: E402
+from .logging_setup import setup_logging  # noqa: E402
+from .run import run_training  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    """0 when the run finished or stopped on request after its checkpoint (the launcher must not
+    treat that as a failure and restart it); 2 on a user error."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m supertune.train.worker RUN_DIR", file=sys.stderr)

@@ -1,0 +1,42 @@
+"""Named points where a test may kill the training process, to prove that no kill loses the run.
+
+`SUPERTUNE_FAULT=<point>@<step>[:<rank>]` (for example `save.manifest@8`) makes the process of that
+rank (default 0) kill itself with SIGKILL when it reaches the point at that optimizer step: no
+handler, no cleanup, as when a node dies. Unset (always, outside tests) it costs one dictionary
+lookup per point, a few per checkpoint.
+
+Points, in the order a save passes them: save.begin, save.weights (model written, optimizer not
+yet), save.staged (all files written, no manifest), save.manifest (manifest written, not yet
+renamed into place), save.renamed (in place, `latest` not yet updated), save.published.
+Outside saves: step (after an optimizer step), resume.loaded (a checkpoint was chosen and training
+is about to continue from it), final.model (final model written, no summary yet).
+
+With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
+just before), so that processes restarted by torchrun with the same environment run through.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["ENV", "ONCE_ENV", "fault_point"]
+
+ENV = "SUPERTUNE_FAULT"
+ONCE_ENV = "SUPERTUNE_FAULT_ONCE"
+
+
+def fault_point(name: str, step: int, rank: int) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    point, _, where = spec.partition("@")
+    at_step, _, at_rank = where.partition(":")
+    if point == name and at_step == str(step) and (at_rank or "0") == str(rank):
+        once = os.environ.get(ONCE_ENV)
+        if once:
+            try:
+                os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
+        os.kill(os.getpid(), signal.SIGKILL)

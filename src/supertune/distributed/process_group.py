@@ -1,0 +1,37 @@
+"""The process group of processes that a torchrun agent restarted after a failure.
+
+torchrun (2.13) gives restarted workers the same store, where the first attempt's processes left
+their gloo addresses under the same keys: the new processes read them, connect to ports of dead
+processes and fail ("Gloo connectFullMesh failed ... Connection refused"), or wait until the
+collective timeout. Restarted processes therefore join under a prefix of their attempt number,
+before accelerate or DeepSpeed would create the group (both use an existing one).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ..launch.environment import LaunchEnvironment
+
+__all__ = ["join_restarted_group"]
+
+
+def join_restarted_group(env: LaunchEnvironment, timeout_s: int) -> None:
+    """Create the default process group under a per-attempt store prefix (restarted processes only)."""
+    if env.restart_count == 0 or not env.distributed:
+        return
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    # env:// yields the store the launcher set up (the agent's, or rank 0's) with rank and size.
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(
+        backend=backend,
+        store=dist.PrefixStore(f"supertune/attempt-{env.restart_count}", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )

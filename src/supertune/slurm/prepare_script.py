@@ -1,0 +1,120 @@
+"""The job scripts of `supertune prepare --submit`, rendered by pure functions (exact-text tested).
+
+Two jobs: an array with one task per part of the store (`prepare --part $SLURM_ARRAY_TASK_ID`),
+and a merge job (`prepare --merge`) that depends on the array with afterok. A dependent job rather
+than "the last task merges": the scheduler then knows that every task succeeded, no task has to
+find out on a shared filesystem whether it is the last one (a race between tasks that end together),
+and a failed task leaves the merge unstarted (--kill-on-invalid-dep removes it from the queue), so
+the re-run only redoes the failed parts and merges. It costs one more queue wait, for a job of a
+few minutes against tasks of hours.
+
+Every value is quoted as in the training job script (`shell.quote`, `sbatch_value`, `env_value`);
+the profile's modules, environment and container are used the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..clusters.schema import ClusterProfile
+from .script import container_words, env_name, modules_section  # one rule for modules, variable names and containers
+from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
+
+__all__ = ["PrepareJob", "render_array_script", "render_merge_script"]
+
+
+@dataclass(frozen=True)
+class PrepareJob:
+    """What both scripts read; a pure value."""
+
+    name: str
+    work: str
+    """Work directory: config, plan, parts, logs/."""
+    out: str
+    parts: int
+    cpus: int
+    """Cores per task: the tokenizer's Rust threads use them all."""
+    time: str
+    partition: str | None
+    account: str | None
+    qos: str | None
+    mem: str | None
+    extra_args: tuple[str, ...]
+    python: str
+
+
+def render_array_script(job: PrepareJob, profile: ClusterProfile, tasks: list[int]) -> str:
+    """The array job: one task per part in `tasks` (the unfinished ones)."""
+    header = _header(job, "tokenizing, one array task per part", [("array", _array_spec(tasks))], "%x-%A_%a")
+    step = [
+        f"# Part $SLURM_ARRAY_TASK_ID of {job.parts}; a finished part is skipped",
+        join([*container_words(profile), job.python, "-m", "supertune", "prepare", "--part", Expand("${SLURM_ARRAY_TASK_ID}"), "--work", job.work]),
+    ]
+    return _script(header, job, profile, "\n".join(step))
+
+
+def render_merge_script(job: PrepareJob, profile: ClusterProfile) -> str:
+    """The merge job. Its dependency on the array job is given to sbatch when submitting
+    (--dependency=afterok:ID), since the array's id is known only then."""
+    header = _header(job, "merging the parts into the store", [("kill-on-invalid-dep", "yes")], "%x-%j")
+    step = [
+        f"# Shards and manifest of {_comment(job.out)}, byte-identical to a single-process prepare",
+        join([*container_words(profile), job.python, "-m", "supertune", "prepare", "--merge", job.work]),
+    ]
+    return _script(header, job, profile, "\n".join(step))
+
+
+def _array_spec(tasks: list[int]) -> str:
+    if not tasks:
+        raise ValueError("no array tasks")
+    if tasks == list(range(tasks[0], tasks[-1] + 1)):
+        return f"{tasks[0]}-{tasks[-1]}" if len(tasks) > 1 else str(tasks[0])
+    return ",".join(map(str, tasks))
+
+
+def _script(header: str, job: PrepareJob, profile: ClusterProfile, step: str) -> str:
+    sections = [header, "set -euo pipefail", modules_section(profile), _environment(job, profile), step]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _header(job: PrepareJob, what: str, extra: list[tuple[str, str]], log_pattern: str) -> str:
+    logs = slurm_filename("--out", job.work) + "/logs"
+    options: list[tuple[str, object | None]] = [
+        ("job-name", sbatch_value("--out", job.name)),
+        *extra,
+        ("nodes", 1),
+        ("ntasks", 1),
+        ("cpus-per-task", job.cpus),
+        ("time", sbatch_value("slurm.time", job.time)),
+        ("partition", job.partition and sbatch_value("slurm.partition", job.partition)),
+        ("account", job.account and sbatch_value("slurm.account", job.account)),
+        ("qos", job.qos and sbatch_value("slurm.qos", job.qos)),
+        ("mem", job.mem and sbatch_value("slurm.mem", job.mem)),
+        ("output", sbatch_value("--out", f"{logs}/{log_pattern}.out")),
+        ("error", sbatch_value("--out", f"{logs}/{log_pattern}.err")),
+        ("open-mode", "append"),
+    ]
+    lines = [
+        "#!/bin/bash",
+        f"# supertune prepare of the token store {_comment(job.out)}: {what}.",
+        "# Rendered by supertune prepare --submit; run that again rather than edit this file.",
+    ]
+    lines += [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+    lines += [f"#SBATCH {sbatch_value('slurm.extra_args', arg)}" for arg in job.extra_args]
+    return "\n".join(lines)
+
+
+def _environment(job: PrepareJob, profile: ClusterProfile) -> str:
+    lines = ["# Environment (cluster profile, then supertune's own)"]
+    lines += [f"export {env_name(name)}={env_value(str(value))}" for name, value in profile.env.items()]
+    lines += [
+        "# The tokenizer's Rust threads, one per core of the task. Profiles may switch them off for",
+        "# training (forked data-loader workers); prepare forks nothing, and they are its speed.",
+        "export TOKENIZERS_PARALLELISM=true",
+        f"export RAYON_NUM_THREADS={job.cpus}",
+    ]
+    return "\n".join(lines)
+
+
+def _comment(text: str) -> str:
+    return text.replace("\n", " ").replace("\r", " ")

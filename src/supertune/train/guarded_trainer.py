@@ -1,0 +1,134 @@
+"""The transformers Trainer with supertune's checkpoints and checks.
+
+- Checkpoints are written by the Trainer's own code (weights, optimizer, scheduler, RNG states,
+  trainer state; DeepSpeed's per-rank files) into a staging directory, then published with a
+  manifest and the run's config by supertune.checkpoints.layout; free space is checked first.
+- A NaN/Inf loss or gradient norm is reported to the RunGuard, which stops every rank at that step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+
+from ..checkpoints.faults import fault_point
+from ..checkpoints.layout import CheckpointDir
+from ..checkpoints.manifest import CheckpointManifest, file_digests, read_manifest
+from ..checkpoints.space import expected_checkpoint_bytes, space_problem
+from ..errors import UserError
+from .stopping import RunGuard
+
+__all__ = ["GuardedTrainer", "CheckpointSettings"]
+
+log = logging.getLogger("supertune")
+
+
+@dataclass
+class CheckpointSettings:
+    layout: CheckpointDir
+    config_file: Path
+    """The run's resolved config, copied into every checkpoint."""
+    keep: int | None
+    global_batch: int
+    rank: int
+    guard: RunGuard
+
+
+class GuardedTrainer(Trainer):
+    """Trainer whose checkpoints are atomic and self-describing, and whose NaNs stop the run."""
+
+    supertune: CheckpointSettings
+    _save_root: str | None = None
+    _previous_bytes: int | None = None
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _get_output_dir(self, trial: Any) -> str:
+        return self._save_root or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        s = self.supertune
+        step = self.state.global_step
+        self._fault("save.begin")
+        self._check_space(step)
+        main = self.is_world_process_zero()
+        if main:
+            shutil.rmtree(s.layout.staged(step), ignore_errors=True)
+            s.layout.staging_root.mkdir(parents=True, exist_ok=True)
+        self.accelerator.wait_for_everyone()
+        self._save_root = str(s.layout.staging_root)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._save_root = None
+        # Every rank has written its files (RNG states, DeepSpeed partitions) before the main
+        # process hashes them and publishes the checkpoint.
+        self.accelerator.wait_for_everyone()
+        if main:
+            staged = s.layout.staged(step)
+            shutil.copyfile(s.config_file, staged / s.config_file.name)
+            manifest = CheckpointManifest(
+                step=step,
+                tokens_seen=int(self.state.num_input_tokens_seen or 0),
+                samples_seen=step * s.global_batch,
+                world_size=self.args.world_size,
+                global_batch=s.global_batch,
+                epoch=float(self.state.epoch or 0.0),
+                files=file_digests(staged),
+                reason=s.guard.stopped or "schedule",
+            )
+            final = s.layout.publish(step, manifest, self._fault)
+            self._previous_bytes = manifest.total_bytes
+            for path in s.layout.rotate(s.keep):
+                log.info("removed old checkpoint %s (training.save_total_limit=%s)", path.name, s.keep)
+            log.info("saved %s (%d files, %.1f MB)", final.name, len(manifest.files), manifest.total_bytes / 1e6)
+        self.accelerator.wait_for_everyone()
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        self._fault("save.weights")
+        super()._save_optimizer_and_scheduler(output_dir)
+
+    def _check_space(self, step: int) -> None:
+        """Stop every rank with one message when the next checkpoint would not fit."""
+        from accelerate.utils import broadcast_object_list
+
+        s = self.supertune
+        problem: list[str | None] = [None]
+        if self.is_world_process_zero():
+            if self._previous_bytes is None:
+                latest = s.layout.latest()
+                try:
+                    self._previous_bytes = read_manifest(latest).total_bytes if latest else None
+                except ValueError:
+                    self._previous_bytes = None
+            needed = expected_checkpoint_bytes(self._previous_bytes, self.model)
+            s.layout.root.mkdir(parents=True, exist_ok=True)
+            problem[0] = space_problem(s.layout.root, needed, step, s.keep)
+        if self.args.world_size > 1:
+            broadcast_object_list(problem)
+        if problem[0]:
+            raise UserError(problem[0])
+
+    def _fault(self, point: str) -> None:
+        fault_point(point, self.state.global_step, self.supertune.rank)
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not math.isfinite(float(loss)):
+            self.supertune.guard.note_nonfinite(self.state.global_step + 1, "the loss")
+        return loss
+
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+        grad_norm = super()._get_grad_norm(model, grad_norm)
+        # With fp16 an infinite norm is the loss scaler's business (it skips the step and lowers the scale).
+        if grad_norm is not None and not self.args.fp16 and not math.isfinite(float(grad_norm)):
+            self.supertune.guard.note_nonfinite(self.state.global_step + 1, "the gradient norm")
+        return grad_norm
