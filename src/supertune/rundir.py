@@ -15,6 +15,10 @@ __all__ = ["RunDir", "create_run_dir", "holds_run", "write_json_atomic"]
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
+STOP_REQUEST_FILE = "stop-request"
+"""Created (by the job script, or by `supertune train` for its workers) to ask a run to checkpoint and stop."""
+STOPPED_FILE = "stopped.json"
+"""Written by the main process when a run stopped on request after saving its checkpoint."""
 
 
 class RunDir:
@@ -34,6 +38,14 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.path / METRICS_FILE
+
+    @property
+    def stop_request(self) -> Path:
+        return self.path / STOP_REQUEST_FILE
+
+    @property
+    def stopped(self) -> Path:
+        return self.path / STOPPED_FILE
 
     @property
     def model(self) -> Path:

@@ -3,20 +3,19 @@ and sha256, written last into the checkpoint so that a checkpoint without one is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..file_hashes import sha256_files
 
 __all__ = ["MANIFEST_FILE", "FORMAT", "CheckpointManifest", "file_digests", "write_manifest", "read_manifest", "check_files"]
 
 MANIFEST_FILE = "supertune-checkpoint.json"
 FORMAT = 1
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -44,14 +43,6 @@ class CheckpointManifest:
         return sum(int(f["size"]) for f in self.files.values())
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def file_digests(root: Path) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every file under `root` (the manifest itself excluded).
 
@@ -59,8 +50,7 @@ def file_digests(root: Path) -> dict[str, dict[str, Any]]:
     hashed in parallel threads, since hashlib releases the GIL on large buffers.
     """
     paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1), max(1, len(paths)))) as pool:
-        digests = list(pool.map(_sha256, paths))
+    digests = sha256_files(paths)
     return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": d} for p, d in zip(paths, digests)}
 
 
@@ -108,6 +98,5 @@ def check_files(root: Path, manifest: CheckpointManifest, full: bool = True) -> 
     if problems or not full:
         return problems
     names = sorted(manifest.files)
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1), max(1, len(names)))) as pool:
-        digests = list(pool.map(lambda rel: _sha256(root / rel), names))
+    digests = sha256_files([root / rel for rel in names])
     return [f"{rel}: sha256 differs from the manifest" for rel, d in zip(names, digests) if d != manifest.files[rel]["sha256"]]

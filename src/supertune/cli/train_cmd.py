@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from ..rundir import RunDir
@@ -43,9 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..train.signals import REQUEUE_EXIT_CODE, clear_stop_files, install_signal_handlers, request_stop
 
-    # Before the heavy imports: SIGUSR1's default action would end this process.
-    stop_target: list[Path] = []
-    install_signal_handlers(also=lambda _name: [request_stop(p) for p in stop_target])
+    # Before the heavy imports: SIGUSR1's default action would end this process. A signal becomes
+    # the run's stop-request file too (once the run dir is known), which torchrun workers read.
+    chosen: list[RunDir] = []
+
+    def pass_on(_signal: str) -> None:
+        for run in chosen:
+            request_stop(run)
+
+    install_signal_handlers(also=pass_on)
 
     from ..config import dump_config, load_run_config
     from ..launch.environment import launch_environment
@@ -57,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args, cfg, dump_config(cfg))
     if run_dir is None:
         return 0
-    clear_stop_files(run_dir.path)
-    stop_target.append(run_dir.path)
+    clear_stop_files(run_dir)
+    chosen.append(run_dir)
     if cfg.launch.nproc > 1 and not launch_environment().distributed:
         from ..launch.local import torchrun_argv
         from ..subprocesses import run_foreground
@@ -99,10 +104,7 @@ def _run_dir(args: argparse.Namespace, cfg: Any, config_text: str) -> RunDir | N
 
 
 def _stopped_record(run: RunDir) -> dict | None:
-    from ..train.signals import STOPPED_FILE
-
-    path = run.path / STOPPED_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return json.loads(run.stopped.read_text()) if run.stopped.exists() else None
 
 
 def _report_stop(record: dict, code: int) -> int:

@@ -11,8 +11,8 @@ import re
 
 from ..clusters.schema import ClusterProfile
 from ..launch.environment import PORT_BASE, PORT_SPAN
-from ..rundir import SUMMARY_FILE
-from ..train.signals import REQUEUE_EXIT_CODE, STOP_FILE, STOPPED_FILE
+from ..rundir import STOP_REQUEST_FILE, STOPPED_FILE, SUMMARY_FILE
+from ..train.signals import REQUEUE_EXIT_CODE
 from .job import JobSpec
 from .launchers import HOSTFILE, step_command
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
@@ -175,7 +175,7 @@ def _step(job: JobSpec, profile: ClusterProfile) -> str:
 
 def _fill(template: str, job: JobSpec) -> str:
     values = {
-        "STOP_FILE": STOP_FILE,
+        "STOP_FILE": STOP_REQUEST_FILE,
         "STOPPED_FILE": STOPPED_FILE,
         "SUMMARY_FILE": SUMMARY_FILE,
         "REQUEUE_EXIT_CODE": str(REQUEUE_EXIT_CODE),

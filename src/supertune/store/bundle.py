@@ -14,7 +14,8 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..errors import UserError
-from .manifest import FileEntry, sha256_file
+from ..file_hashes import sha256_file
+from .manifest import FileEntry
 
 __all__ = ["BUNDLE", "bundle_tokenizer", "bundle_model_config", "write_bundle"]
 

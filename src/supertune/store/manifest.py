@@ -25,7 +25,6 @@ __all__ = [
     "SplitEntry",
     "TokenizerEntry",
     "read_manifest",
-    "sha256_file",
     "tokenizer_fingerprint",
     "write_manifest",
 ]
@@ -127,15 +126,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     data["padding"] = None
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """sha256 of a file, read in 4 MiB chunks (about 1-2 GB/s per core; hashlib releases the GIL)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:

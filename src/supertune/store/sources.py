@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..config.schema import DataConfig
 from ..data.formats import expand_files
-from .manifest import SourceFile, sha256_file
+from ..file_hashes import sha256_file
+from .manifest import SourceFile
 
 __all__ = ["source_files"]
 

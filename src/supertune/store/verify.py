@@ -8,8 +8,6 @@ before training starts, never per step.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,8 @@ import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import UserError
-from .manifest import Manifest, read_manifest, sha256_file, tokenizer_fingerprint
+from ..file_hashes import sha256_files
+from .manifest import Manifest, read_manifest, tokenizer_fingerprint
 
 __all__ = ["check_store", "check_matches"]
 
@@ -50,9 +49,7 @@ def check_store(directory: Path, hashes: bool) -> Manifest:
 
 def _check_hashes(directory: Path, manifest: Manifest) -> None:
     entries = [e for e, _ in manifest.files()]
-    workers = max(1, min(4, os.cpu_count() or 1, len(entries)))
-    with ThreadPoolExecutor(workers) as pool:
-        digests = list(pool.map(lambda e: sha256_file(directory / e.file), entries))
+    digests = sha256_files([directory / e.file for e in entries], max_threads=4)
     for entry, digest in zip(entries, digests):
         if digest != entry.sha256:
             _bad(directory, f"{entry.file} has sha256 {digest[:12]}..., the manifest says {entry.sha256[:12]}... (corrupted)")

@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any
 
+from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..data.pipeline import build_training_data
 from ..distributed.strategy import prepare_process, shards_parameters
@@ -16,12 +17,10 @@ from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
-from ..checkpoints.faults import fault_point
 from ..rundir import RunDir, write_json_atomic
 from .callbacks import append_event
 from .final_model import save_final_model
 from .resume import choose_checkpoint
-from .signals import STOPPED_FILE
 from .trainer import build_trainer, tokens_per_step
 
 __all__ = ["run_training"]
@@ -44,15 +43,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     trainer, guard, run_guard = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size)
-    resume = choose_checkpoint(trainer.supertune.layout, env.is_main, env.world_size)
-    if resume is not None:
-        path, manifest = resume
-        _log_resume(path, manifest, env)
-        fault_point("resume.loaded", manifest.step, env.rank)
-    if resume is not None and _training_done(cfg, resume[0]):
-        train_out = _load_finished(trainer, resume[0])
-    else:
-        train_out = trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+    train_out, resumed = _train_or_resume(cfg, trainer, env)
     if run_guard.stopped is not None:
         return _stopped(run, trainer, run_guard.stopped, env)
     # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
@@ -60,7 +51,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
     save_final_model(trainer, tokenizer, cfg, run, env)
     fault_point("final.model", trainer.state.global_step, env.rank)
-    summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resume[1] if resume else None)
+    summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resumed)
     summary["sharding"] = guard.report
     sample = _sample(cfg, trainer, tokenizer, env)
     if env.is_main:
@@ -68,6 +59,19 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
             summary["sample"] = sample
         write_json_atomic(run.summary, summary)
     return summary
+
+
+def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tuple[Any, Any]:
+    """Train from the run's latest good checkpoint, or from the start; (train output, manifest or None)."""
+    found = choose_checkpoint(trainer.supertune.layout, env.is_main, env.world_size)
+    if found is None:
+        return trainer.train(), None
+    path, manifest = found
+    _log_resume(path, manifest, env)
+    fault_point("resume.loaded", manifest.step, env.rank)
+    if _training_done(cfg, path):
+        return _load_finished(trainer, path), manifest
+    return trainer.train(resume_from_checkpoint=str(path)), manifest
 
 
 def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
@@ -106,7 +110,7 @@ def _stopped(run: RunDir, trainer: Any, reason: str, env: LaunchEnvironment) -> 
     record = {"stopped": True, "reason": reason, "step": step, "checkpoint": f"checkpoint-{step}", "unix_time": time.time()}
     if env.is_main:
         append_event(run.metrics, {"event": "stopped", "step": step, "reason": reason})
-        write_json_atomic(run.path / STOPPED_FILE, record)
+        write_json_atomic(run.stopped, record)
     log.info("stopped at step %d on %s; checkpoint-%d is saved: run the same command again to resume", step, reason, step)
     return record
 

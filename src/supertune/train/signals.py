@@ -1,18 +1,17 @@
-"""Stop signals and the files that carry a stop request between processes (no heavy imports:
-installed first thing in every training process, whose imports take seconds, while SIGUSR1's
-default action would end the process)."""
+"""Stop signals, and the run-dir files that carry a stop request between processes (no heavy
+imports: installed first thing in every training process, whose imports take seconds, while
+SIGUSR1's default action would end the process)."""
 
 from __future__ import annotations
 
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from ..rundir import RunDir
+
 __all__ = [
-    "STOP_FILE",
-    "STOPPED_FILE",
     "REQUEUE_EXIT_CODE",
     "STOP_SIGNALS",
     "install_signal_handlers",
@@ -21,10 +20,6 @@ __all__ = [
     "request_stop",
 ]
 
-STOP_FILE = "stop-request"
-"""Created (by the job script, or by `supertune train` for its workers) to ask a run to checkpoint and stop."""
-STOPPED_FILE = "stopped.json"
-"""Written by the main process when a run stopped on request after saving its checkpoint."""
 REQUEUE_EXIT_CODE = 75
 """Exit code of `supertune train` after such a stop (EX_TEMPFAIL): run it again to resume."""
 
@@ -57,12 +52,12 @@ def received_signal() -> str | None:
     return _received
 
 
-def request_stop(run_dir: Path) -> None:
+def request_stop(run: RunDir) -> None:
     """Ask the training processes of a run to checkpoint and stop (they look once per step)."""
-    (run_dir / STOP_FILE).touch()
+    run.stop_request.touch()
 
 
-def clear_stop_files(run_dir: Path) -> None:
+def clear_stop_files(run: RunDir) -> None:
     """Before a (re)start: no stop request nor stop record left from the previous attempt."""
-    for name in (STOP_FILE, STOPPED_FILE):
-        (run_dir / name).unlink(missing_ok=True)
+    run.stop_request.unlink(missing_ok=True)
+    run.stopped.unlink(missing_ok=True)

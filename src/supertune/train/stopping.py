@@ -15,14 +15,14 @@ already reads the loss on the host every step (its NaN filter), so the check add
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from ..checkpoints.faults import fault_point
 from ..errors import UserError
-from .signals import STOP_FILE, received_signal
+from ..rundir import RunDir
+from .signals import received_signal
 
 __all__ = ["NonFiniteLoss", "RunGuard"]
 
@@ -36,8 +36,8 @@ class NonFiniteLoss(UserError):
 class RunGuard(TrainerCallback):
     """After every optimizer step: stop on request (checkpoint first), or fail on a non-finite loss."""
 
-    def __init__(self, run_dir: Path, rank: int, last_checkpoint: Any) -> None:
-        self.stop_file = run_dir / STOP_FILE
+    def __init__(self, run: RunDir, rank: int, last_checkpoint: Any) -> None:
+        self.stop_file = run.stop_request
         self.rank = rank
         self.is_main = rank == 0
         self.last_checkpoint = last_checkpoint  # () -> name of the newest published checkpoint, or None

@@ -41,7 +41,7 @@ def build_trainer(
 
     layout = CheckpointDir(run.checkpoints)
     guard = StrategyGuard(cfg, env.world_size)
-    run_guard = RunGuard(run.path, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
+    run_guard = RunGuard(run, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
     callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
