@@ -155,3 +155,43 @@ def test_block_larger_than_the_data_is_a_clear_error(tokenizer, tmp_path):
     cfg = load_run_config(None, [f"data.train_files={path}", "data.block_size=4096"])
     with pytest.raises(UserError, match="data.block_size: the training split has"):
         build_training_data(cfg.data, tokenizer, seed=0, context_length=8192)
+
+
+def _ordinary_ids(tok, texts):
+    eos = tok.eos_token_id
+    return [x + [eos] for x in tok(texts, add_special_tokens=False)["input_ids"]]
+
+
+def test_encoding_in_threads_gives_the_tokenizers_own_ids_in_order(tokenizer, monkeypatch):
+    """Batches finish out of order on several threads; every batch must come back with its own ids, in order."""
+    from supertune.data.encode_threads import encode_in_threads
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    texts = [d + f" caf\u00e9 {'x' * (i % 7)} \u2028 {i}" for i, d in enumerate(DOCS * 5)]
+    batches = [(i, texts[i * 7 : i * 7 + 7 - i % 3]) for i in range(len(texts) // 7)] + [(-1, [])]
+    got = list(encode_in_threads(iter(batches), tokenizer, add_eos=True, threads=3))
+    assert [tag for tag, _, _ in got] == [tag for tag, _ in batches]
+    for (tag, flat, lengths), (_, batch) in zip(got, batches):
+        expected = _ordinary_ids(tokenizer, batch) if batch else []
+        assert lengths.tolist() == [len(x) for x in expected], tag
+        assert flat.tolist() == [t for x in expected for t in x], tag
+    assert (flat.dtype, lengths.dtype) == (np.int32, np.int64)
+    assert __import__("os").environ["TOKENIZERS_PARALLELISM"] == "true"  # the tokenizer's own threads are on again
+
+
+def test_a_tokenizer_that_rewrites_text_in_python_is_called_as_itself(tokenizer):
+    """Only a tokenizer whose backend alone gives its ids is encoded on the backend; others keep their own call."""
+    from transformers import PreTrainedTokenizerFast
+
+    from supertune.data.encode_threads import encode_in_threads
+
+    class Shouting(PreTrainedTokenizerFast):
+        def __call__(self, text, *args, **kwargs):
+            upper = [t.upper() for t in text] if isinstance(text, list) else text.upper()
+            return super().__call__(upper, *args, **kwargs)
+
+    shouting = Shouting(tokenizer_object=tokenizer.backend_tokenizer, eos_token=tokenizer.eos_token)
+    batches = [(0, DOCS[:5]), (1, DOCS[5:9])]
+    got = list(encode_in_threads(iter(batches), shouting, add_eos=True, threads=2))
+    for (_, flat, _), (_, batch) in zip(got, batches):
+        assert flat.tolist() == [t for x in _ordinary_ids(tokenizer, [d.upper() for d in batch]) for t in x]

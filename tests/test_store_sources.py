@@ -161,6 +161,8 @@ def test_text_files_are_read_as_the_datasets_text_builder_reads_them(tmp_path):
         "unicode.txt": "line\u2028same line\x0bstill\x1cone\n\u00e9t\u00e9\n",
         "empty.txt": "",
         "no-newline.txt": "only",
+        "bom.txt": "\ufeffwith a byte order mark\nnext\n",
+        "long.txt": ("x" * 70_000 + "\n") * 3,
     }
     for name, text in cases.items():
         (tmp_path / name).write_bytes(text.encode("utf-8"))
@@ -170,3 +172,25 @@ def test_text_files_are_read_as_the_datasets_text_builder_reads_them(tmp_path):
     for split in files:
         assert ours[split]["text"] == theirs[split]["text"], split
     assert len(ours["train"]) > 12
+
+
+def test_a_text_file_that_is_not_utf8_is_named_in_one_line(tmp_path):
+    from supertune.data.sources import _load_files
+    from supertune.errors import UserError
+
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\u00e9 ok\nna\u00efve\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin1\.txt.*not UTF-8 \(byte 3\)"):
+        _load_files({"train": [str(bad)]}, streaming=False)
+
+
+def test_a_source_that_disappears_before_it_is_hashed_is_named_in_one_line(tmp_path):
+    """Sources are hashed on a thread of their own while tokenizing; a file gone by then is a clear error."""
+    from supertune.errors import UserError
+    from supertune.store.sources import hash_sources
+
+    there = tmp_path / "a.txt"
+    there.write_text("text\n")
+    assert hash_sources({"train": [str(there)]})["train"][0].size == 5
+    with pytest.raises(UserError, match=r"gone\.txt.*sha256.*No such file"):
+        hash_sources({"train": [str(there), str(tmp_path / "gone.txt")]})

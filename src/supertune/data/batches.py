@@ -16,6 +16,7 @@ import torch
 from ..config.schema import DataConfig
 from ..errors import UserError
 from .documents import encode_texts, iter_row_batches, render_texts
+from .encode_threads import encode_in_threads
 
 __all__ = [
     "ListDataset",
@@ -46,11 +47,13 @@ class TokenizedSplit:
 
 
 def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any) -> TokenizedSplit:
-    """Render and tokenize a map-style split in batches."""
+    """Render and tokenize a map-style split in batches, on every core (data/encode_threads.py)."""
     docs: list[np.ndarray] = []
-    for rows in iter_row_batches(dataset):
-        docs += encode_texts(render_texts(rows, d), tokenizer, d.add_eos)
-    return TokenizedSplit([x for x in docs if len(x)])
+    batches = ((None, render_texts(rows, d)) for rows in iter_row_batches(dataset))
+    for _, flat, lengths in encode_in_threads(batches, tokenizer, d.add_eos):
+        if len(lengths):
+            docs += np.split(flat, np.cumsum(lengths[:-1]))  # views of the batch's array; lengths are positive
+    return TokenizedSplit(docs)
 
 
 class PackedBlocks(torch.utils.data.Dataset):

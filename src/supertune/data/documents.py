@@ -10,7 +10,7 @@ import numpy as np
 
 from ..config.schema import DataConfig
 
-__all__ = ["BATCH_DOCS", "encode_flat", "encode_texts", "iter_row_batches", "iter_texts", "render_texts"]
+__all__ = ["BATCH_DOCS", "encode_flat", "encode_texts", "flatten_ids", "iter_row_batches", "iter_texts", "plain_backend", "render_texts"]
 
 # Documents per call to the tokenizer: large enough for its Rust threads to stay busy, small
 # enough that the Python lists it returns stay a few MB.
@@ -50,12 +50,16 @@ def encode_flat(texts: list[str], tokenizer: Any, add_eos: bool) -> tuple[np.nda
     Python time per token of building a small array per document and concatenating them.
     """
     if not texts:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
-    ids = _token_ids(texts, tokenizer)
+        return flatten_ids([], None)
+    return flatten_ids(_token_ids(texts, tokenizer), tokenizer.eos_token_id if add_eos else None)
+
+
+def flatten_ids(ids: list[list[int]], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Documents' ids as one int32 array (eos after each document when given) and their positive lengths."""
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-    if add_eos:
-        flat = np.insert(flat, np.cumsum(lengths), tokenizer.eos_token_id)
+    if eos is not None:
+        flat = np.insert(flat, np.cumsum(lengths), eos)
         lengths += 1
     return flat, lengths[lengths > 0]  # a document without tokens is no document
 
@@ -68,20 +72,19 @@ def _token_ids(texts: list[str], tokenizer: Any) -> list[list[int]]:
     preparation) about twice as fast. The first text is checked against the ordinary call, so a
     tokenizer that encodes differently still gets the ordinary path.
     """
-    backend = _plain_backend(tokenizer)
+    backend = plain_backend(tokenizer, texts[0])
     if backend is not None:
-        ids = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
-        if ids[0] == tokenizer(texts[0], add_special_tokens=False)["input_ids"]:
-            return ids
+        return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
     return tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
 
 
-def _plain_backend(tokenizer: Any) -> Any | None:
+def plain_backend(tokenizer: Any, sample: str) -> Any | None:
     """The tokenizers.Tokenizer behind a transformers fast tokenizer whose call adds nothing in Python, else None.
 
     transformers switches the backend's own truncation and padding off for each call, sets
     encode_special_tokens from split_special_tokens, and lets some tokenizer classes rewrite the
-    text or the ids in Python; the backend alone is only used when none of that applies.
+    text or the ids in Python; the backend alone is only used when none of that applies and its
+    ids for `sample` are those of the ordinary call.
     """
     try:
         from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -101,7 +104,8 @@ def _plain_backend(tokenizer: Any) -> Any | None:
         or bool(getattr(backend, "encode_special_tokens", False)) != bool(getattr(tokenizer, "split_special_tokens", False))
     ):
         return None
-    return backend
+    same = backend.encode_batch_fast([sample], add_special_tokens=False)[0].ids == tokenizer(sample, add_special_tokens=False)["input_ids"]
+    return backend if same else None
 
 
 def iter_row_batches(dataset: Any, batch_docs: int = BATCH_DOCS) -> Iterator[dict[str, list[Any]]]:

@@ -108,8 +108,8 @@ def _environment(job: PrepareJob, profile: ClusterProfile) -> str:
     lines = ["# Environment (cluster profile, then supertune's own)"]
     lines += [f"export {env_name(name)}={env_value(str(value))}" for name, value in profile.env.items()]
     lines += [
-        "# The tokenizer's Rust threads, one per core of the task. Profiles may switch them off for",
-        "# training (forked data-loader workers); prepare forks nothing, and they are its speed.",
+        "# prepare encodes on one thread per core of the task; a tokenizer it calls as itself uses its",
+        "# Rust threads instead. Profiles switch those off for training (forked data-loader workers).",
         "export TOKENIZERS_PARALLELISM=true",
         f"export RAYON_NUM_THREADS={job.cpus}",
     ]

@@ -7,33 +7,38 @@ from pathlib import Path
 
 from ..config.schema import DataConfig
 from ..data.formats import expand_files
+from ..errors import UserError
 from ..file_hashes import sha256_file
 from .manifest import SourceFile
 
-__all__ = ["source_files"]
+__all__ = ["hash_sources", "source_paths"]
 
 
-def source_files(d: DataConfig) -> dict[str, list[SourceFile]]:
-    """Per split, the files the documents are read from, by base name, size and sha256 (a full read of each)."""
+def source_paths(d: DataConfig) -> dict[str, list[str]]:
+    """Per split, the files the documents are read from (a hub dataset: its cached Arrow files)."""
     if d.dataset_name:
-        return _hub_files(d)
+        return _hub_paths(d)
     from ..data.sources import training_files, validation_files
 
-    return {"train": _files(expand_files(training_files(d))), "validation": _files(expand_files(validation_files(d)))}
+    return {"train": expand_files(training_files(d)), "validation": expand_files(validation_files(d))}
 
 
-def _files(paths: list[str]) -> list[SourceFile]:
-    return [SourceFile(os.path.basename(f), os.path.getsize(f), sha256_file(Path(f))) for f in paths]
+def hash_sources(paths: dict[str, list[str]]) -> dict[str, list[SourceFile]]:
+    """Each file by base name, size and sha256 (a full read of each)."""
+    return {split: [_source(f) for f in files] for split, files in paths.items()}
 
 
-def _hub_files(d: DataConfig) -> dict[str, list[SourceFile]]:
-    """A cached hub dataset is its Arrow files in the datasets cache: those are hashed, per split
-    (loading it again here costs nothing: the cache is memory-mapped)."""
+def _source(path: str) -> SourceFile:
+    try:
+        return SourceFile(os.path.basename(path), os.path.getsize(path), sha256_file(Path(path)))
+    except OSError as exc:
+        raise UserError(f"data: cannot read {path!r} to record its sha256 in the store: {exc.strerror or exc}") from None
+
+
+def _hub_paths(d: DataConfig) -> dict[str, list[str]]:
+    """A cached hub dataset is its Arrow files in the datasets cache, per split (loading it again
+    here costs nothing: the cache is memory-mapped)."""
     from ..data.sources import load_hub_dataset
 
     loaded = load_hub_dataset(d)
-    out: dict[str, list[SourceFile]] = {}
-    for split in ("train", "validation"):
-        if split in loaded:
-            out[split] = _files([c["filename"] for c in loaded[split].cache_files])
-    return out
+    return {split: [c["filename"] for c in loaded[split].cache_files] for split in ("train", "validation") if split in loaded}
