@@ -1,4 +1,5 @@
-"""Real Slurm clusters for tests anywhere under tests/: the fixtures `slurm_single` and `slurm_multi`.
+"""Real Slurm clusters for tests anywhere under tests/: the fixtures `slurm_single` and `slurm_multi`,
+`slurm_client` (the environment of a user of `slurm_single`), and `supertune()` to run the CLI.
 
 Registered by tests/conftest.py (pytest_plugins). Each fixture is a session-wide
 tests/cluster/slurm_cluster.SlurmCluster, started on first use and stopped when the session ends.
@@ -15,7 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -75,3 +78,16 @@ def slurm_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClus
 def slurm_multi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """Two emulated nodes, node1 and node2 (CPUs=2 each), in their own network namespaces."""
     yield from _cluster("multi", tmp_path_factory)
+
+
+@pytest.fixture
+def slurm_client(slurm_single: SlurmCluster, tmp_path: Path) -> dict[str, str]:
+    """The environment of a user of the single-node cluster, with the shipped local profile (not the tester's own)."""
+    env = slurm_single.env
+    env["SUPERTUNE_CONFIG_DIR"] = str(tmp_path / "no-user-config")
+    return env
+
+
+def supertune(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The supertune CLI in a child process, output captured."""
+    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)

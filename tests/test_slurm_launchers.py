@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cluster.slurm_cluster import SlurmCluster
+from slurm_fixtures import supertune
 
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")
 TOPOLOGIES = {"1x2": (1, 2), "2x1": (2, 1)}  # nodes x processes per node: world size 2 either way
@@ -46,9 +46,6 @@ class Run:
     log: str = ""
     seconds: float = 0.0
 
-
-def supertune(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def _client_env(cluster: SlurmCluster | None, config_dir: Path) -> dict[str, str]:

@@ -4,14 +4,12 @@ misread."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
+from slurm_fixtures import supertune
 
 TINY = [
     "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]", "generate.max_new_tokens=0",
@@ -22,39 +20,28 @@ TINY = [
 HOSTILE_NAME = "it's a \"run\" #1 $(touch pwned) `touch pwned`; x %j"
 
 
-def supertune(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def client(slurm_single: SlurmCluster, tmp_path: Path) -> dict[str, str]:
-    env = slurm_single.env
-    env["SUPERTUNE_CONFIG_DIR"] = str(tmp_path / "no-user-config")  # the shipped local profile
-    return env
-
-
-def _submit(client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str, launcher: str = "srun") -> int:
+def _submit(slurm_client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str, launcher: str = "srun") -> int:
     proc = supertune("submit", "--cluster", "local", "--launcher", launcher, "--run-dir", str(run_dir), *TINY, *overrides,
-                     env=client, cwd=cwd)
+                     env=slurm_client, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().isdigit(), proc.stdout  # only the job id on stdout
     return int(proc.stdout)
 
 
-def _status_row(client: dict[str, str], cwd: Path, *args: str) -> list[str]:
-    proc = supertune("status", *args, env=client, cwd=cwd)
+def _status_row(slurm_client: dict[str, str], cwd: Path, *args: str) -> list[str]:
+    proc = supertune("status", *args, env=slurm_client, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:4] == ["RUN", "JOB", "CLUSTER", "STATE"]
     return lines[1:]
 
 
-def test_follow_logs_and_status_of_a_finished_job(slurm_single: SlurmCluster, client: dict[str, str], tmp_path: Path) -> None:
+def test_follow_logs_and_status_of_a_finished_job(slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path) -> None:
     runs_root = tmp_path / f"runs {HOSTILE_NAME}"
     run_dir = runs_root / f"{HOSTILE_NAME}-1"
-    job = _submit(client, tmp_path, run_dir, "training.max_steps=4", f"output.name={HOSTILE_NAME}")
+    job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=4", f"output.name={HOSTILE_NAME}")
     # Started at once, so it follows the job through PENDING and RUNNING and must end by itself.
-    follow = supertune("logs", str(run_dir), "--follow", "--poll", "0.5", env=client, cwd=tmp_path, timeout=300)
+    follow = supertune("logs", str(run_dir), "--follow", "--poll", "0.5", env=slurm_client, cwd=tmp_path, timeout=300)
     assert follow.returncode == 0, follow.stderr
     assert slurm_single.job_state(job) == "COMPLETED"
 
@@ -67,34 +54,34 @@ def test_follow_logs_and_status_of_a_finished_job(slurm_single: SlurmCluster, cl
     assert not list(tmp_path.rglob("pwned")), "a value was executed"
     assert slurm_single.job_info(job)["JobName"] == HOSTILE_NAME
 
-    plain = supertune("logs", str(run_dir), env=client, cwd=tmp_path)
+    plain = supertune("logs", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert plain.returncode == 0 and plain.stdout == text
 
     # By path, by run-name prefix under --runs-root, and every run under --runs-root.
     for args in ([str(run_dir)], ["it's a", "--runs-root", str(runs_root)], ["--runs-root", str(runs_root)]):
-        rows = _status_row(client, tmp_path, *args)
+        rows = _status_row(slurm_client, tmp_path, *args)
         assert len(rows) == 1 and f" {job} " in rows[0] and " local " in rows[0] and " COMPLETED " in rows[0], rows
 
 
-def test_cancel_ends_a_running_job(slurm_single: SlurmCluster, client: dict[str, str], tmp_path: Path) -> None:
+def test_cancel_ends_a_running_job(slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path) -> None:
     run_dir = tmp_path / "long"
-    job = _submit(client, tmp_path, run_dir, "training.max_steps=100000", "output.name=long", launcher="torchrun")
+    job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=100000", "output.name=long", launcher="torchrun")
     # Running means training processes exist, not only the job: wait for the worker's first line.
     wait_for_text(run_dir / "logs" / f"long-{job}.out", "supertune: rank 0 of 1", timeout=180)
-    assert " RUNNING " in _status_row(client, tmp_path, str(run_dir))[0]
+    assert " RUNNING " in _status_row(slurm_client, tmp_path, str(run_dir))[0]
 
-    cancel = supertune("cancel", str(run_dir), env=client, cwd=tmp_path)
+    cancel = supertune("cancel", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert cancel.returncode == 0 and cancel.stdout.strip() == f"cancelled job {job}", cancel.stdout + cancel.stderr
     assert slurm_single.wait(job, timeout=60) == "CANCELLED"
-    assert " CANCELLED " in _status_row(client, tmp_path, str(run_dir))[0] + " "
-    again = supertune("cancel", str(run_dir), env=client, cwd=tmp_path)
+    assert " CANCELLED " in _status_row(slurm_client, tmp_path, str(run_dir))[0] + " "
+    again = supertune("cancel", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.startswith("nothing to cancel")
     # The job's processes (torchrun's agent and its worker) are gone with it.
     deadline = time.monotonic() + 30
     while _processes_naming(run_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _processes_naming(run_dir)
-    follow = supertune("logs", str(run_dir), "--follow", env=client, cwd=tmp_path, timeout=30)
+    follow = supertune("logs", str(run_dir), "--follow", env=slurm_client, cwd=tmp_path, timeout=30)
     assert follow.returncode == 0 and "supertune: rank 0 of 1" in follow.stdout
 
 
@@ -111,15 +98,15 @@ def _processes_naming(path: Path) -> list[str]:
     return found
 
 
-def test_a_job_slurm_has_forgotten_counts_as_ended(client: dict[str, str], tmp_path: Path) -> None:
+def test_a_job_slurm_has_forgotten_counts_as_ended(slurm_client: dict[str, str], tmp_path: Path) -> None:
     """After MinJobAge Slurm no longer knows a job: status says UNKNOWN, logs --follow returns at once,
     cancel has nothing to do (none of them hangs or fails)."""
     run_dir = tmp_path / "old"
-    proc = supertune("submit", "--dry-run", "--run-dir", str(run_dir), env=client, cwd=tmp_path)
+    proc = supertune("submit", "--dry-run", "--run-dir", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (run_dir / "jobs.jsonl").write_text('{"job_id": "987654", "cluster": "local", "submitted_at": 0}\n')
-    assert " UNKNOWN " in _status_row(client, tmp_path, str(run_dir))[0] + " "
-    follow = supertune("logs", str(run_dir), "--follow", env=client, cwd=tmp_path, timeout=30)
+    assert " UNKNOWN " in _status_row(slurm_client, tmp_path, str(run_dir))[0] + " "
+    follow = supertune("logs", str(run_dir), "--follow", env=slurm_client, cwd=tmp_path, timeout=30)
     assert follow.returncode == 0 and follow.stdout == "" and "no log" in follow.stderr
-    cancel = supertune("cancel", str(run_dir), env=client, cwd=tmp_path)
+    cancel = supertune("cancel", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert cancel.returncode == 0 and cancel.stdout.startswith("nothing to cancel"), cancel.stderr

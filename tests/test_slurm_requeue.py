@@ -5,8 +5,6 @@ real time limit does the same by itself."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
+from slurm_fixtures import supertune
 
 pytestmark = pytest.mark.slow
 
@@ -23,19 +22,8 @@ TINY = [
 ]
 
 
-def supertune(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def client(slurm_single: SlurmCluster, tmp_path: Path) -> dict[str, str]:
-    env = slurm_single.env
-    env["SUPERTUNE_CONFIG_DIR"] = str(tmp_path / "no-user-config")
-    return env
-
-
-def _submit(client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str) -> int:
-    proc = supertune("submit", "--cluster", "local", "--run-dir", str(run_dir), *TINY, *overrides, env=client, cwd=cwd)
+def _submit(slurm_client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str) -> int:
+    proc = supertune("submit", "--cluster", "local", "--run-dir", str(run_dir), *TINY, *overrides, env=slurm_client, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout)
 
@@ -55,10 +43,10 @@ def _wait_until(condition, what: str, timeout: float, cluster: SlurmCluster) -> 
         time.sleep(0.2)
 
 
-def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: SlurmCluster, client, tmp_path: Path) -> None:
+def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: SlurmCluster, slurm_client, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     settings = ["training.max_steps=60", "launch.launcher=torchrun", "launch.procs_per_node=2"]
-    job = _submit(client, tmp_path, run_dir, *settings)
+    job = _submit(slurm_client, tmp_path, run_dir, *settings)
     _wait_until(lambda: _steps_logged(run_dir) >= 5, "step 5", 240, slurm_single)
     slurm_single.scancel(job, "--batch", "--signal=USR1")
 
@@ -78,22 +66,22 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: 
 
     # The same run, never interrupted, on this machine with torchrun and two processes.
     local = tmp_path / "local"
-    straight = supertune("train", "--run-dir", str(local), "--nproc", "2", *TINY, *settings)
+    straight = supertune("train", "--run-dir", str(local), "--nproc", "2", *TINY, *settings, timeout=300)
     assert straight.returncode == 0, straight.stdout + straight.stderr
     expected = json.loads((local / "summary.json").read_text())
     assert abs(summary["eval_loss"] - expected["eval_loss"]) <= 1e-5
     a, b = load_file(run_dir / "model" / "model.safetensors"), load_file(local / "model" / "model.safetensors")
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-5
 
-    rows = supertune("status", str(run_dir), env=client, cwd=tmp_path).stdout.splitlines()
+    rows = supertune("status", str(run_dir), env=slurm_client, cwd=tmp_path).stdout.splitlines()
     header, row = rows[0].split(), rows[1].split()
     assert row[header.index("RESTARTS")] == "1" and row[header.index("STATE")] == "COMPLETED"
 
 
-def test_a_real_time_limit_signals_checkpoints_and_requeues(slurm_single: SlurmCluster, client, tmp_path: Path) -> None:
+def test_a_real_time_limit_signals_checkpoints_and_requeues(slurm_single: SlurmCluster, slurm_client, tmp_path: Path) -> None:
     """slurm.time 2 minutes with a 60 s lead: SLURM itself sends USR1 before the limit."""
     run_dir = tmp_path / "run"
-    job = _submit(client, tmp_path, run_dir, "training.max_steps=1000000", "slurm.time=00:02:00", "slurm.signal_lead=60",
+    job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=1000000", "slurm.time=00:02:00", "slurm.signal_lead=60",
                   "launch.launcher=srun", "launch.procs_per_node=1")
     out = run_dir / "logs" / f"supertune-{job}.out"
     err = run_dir / "logs" / f"supertune-{job}.err"

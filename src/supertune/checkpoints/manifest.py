@@ -81,11 +81,9 @@ def read_manifest(root: Path) -> CheckpointManifest:
         raise ValueError(f"{MANIFEST_FILE}: {exc}") from None
 
 
-def check_files(root: Path, manifest: CheckpointManifest, full: bool = True) -> list[str]:
-    """What is wrong with the files of a checkpoint against its manifest (empty: nothing).
-
-    `full` also compares sha256 (reads everything); otherwise sizes only.
-    """
+def check_files(root: Path, manifest: CheckpointManifest) -> list[str]:
+    """What is wrong with the files of a checkpoint against its manifest (empty: nothing): sizes
+    first, then sha256 (reads everything)."""
     problems = []
     for rel, expected in sorted(manifest.files.items()):
         path = root / rel
@@ -95,7 +93,7 @@ def check_files(root: Path, manifest: CheckpointManifest, full: bool = True) -> 
         size = path.stat().st_size
         if size != expected["size"]:
             problems.append(f"{rel}: {size} bytes, manifest says {expected['size']}")
-    if problems or not full:
+    if problems:
         return problems
     names = sorted(manifest.files)
     digests = sha256_files([root / rel for rel in names])

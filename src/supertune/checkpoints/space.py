@@ -38,8 +38,10 @@ def space_problem(directory: Path, needed: int, step: int, keep: int | None) -> 
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KB", "MB", "GB"):
         n /= 1024
-    return f"{n:.1f} TB"
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} TB"

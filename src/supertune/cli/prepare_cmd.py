@@ -122,9 +122,8 @@ def _submit(args: argparse.Namespace) -> int:
     work = work_dir(out)
     job = prepare_job(cfg, profile, out, work, args.shards, args.cpus)
     todo = list(range(args.shards))
-    render_prepare(job, profile, todo)  # a value the scripts cannot hold fails before anything is written
+    array_script, merge_script = render_prepare(job, profile, todo)  # a value the scripts cannot hold fails before anything is written
     if args.dry_run:
-        array_script, merge_script = render_prepare(job, profile, todo)
         sys.stdout.write(f"{array_script}\n{merge_script}")
         print("supertune: dry run: nothing written, nothing submitted", file=sys.stderr)
         return 0

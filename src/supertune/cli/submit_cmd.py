@@ -76,10 +76,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# States in which a job may still write to its run directory.
-_ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "STOPPED")
-
-
 def _refuse_while_queued(run: Any) -> None:
     """Two jobs must never train the same run directory at once."""
     from ..errors import UserError
@@ -88,9 +84,9 @@ def _refuse_while_queued(run: Any) -> None:
 
     records = job_records(run)
     if records:
-        state = job_state(records[-1].job_id).state
-        if state in _ACTIVE:
+        state = job_state(records[-1].job_id)
+        if not state.finished:  # pending, running, requeued, suspended...: it may still write to the run
             raise UserError(
-                f"--run-dir: job {records[-1].job_id} of this run is still {state}; it resumes by itself "
+                f"--run-dir: job {records[-1].job_id} of this run is still {state.state}; it resumes by itself "
                 f"after a requeue (cancel it first with `supertune cancel {run.path}` to submit anew)"
             )

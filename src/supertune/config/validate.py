@@ -120,17 +120,14 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
 
 def _check_bundle(cfg: RunConfig, p: list[str]) -> None:
     """Cheap checks of model.bundle; its files are checked with the store's manifest when used."""
+    from ..store.bundle import bundle_problem  # here: the store package imports the config schema
+
     m = cfg.model
-    root = os.path.expanduser(m.bundle or "")
     if m.tokenizer is not None:
         p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
-    if not os.path.isfile(os.path.join(root, "bundle", "tokenizer", "tokenizer_config.json")):
-        p.append(f"model.bundle: {m.bundle!r} has no offline bundle (no bundle/tokenizer/); make the store with supertune prepare --bundle")
-    elif m.from_config and m.name_or_path is not None and not os.path.isfile(os.path.join(root, "bundle", "model", "config.json")):
-        p.append(
-            f"model.bundle: the bundle of {m.bundle!r} holds no model config (its prepare named no model.name_or_path); "
-            "run supertune prepare --bundle with model.name_or_path set"
-        )
+    problem = bundle_problem(m.bundle or "", model_config=m.from_config and m.name_or_path is not None)
+    if problem:
+        p.append(problem)
 
 
 def _looks_local(ref: str) -> bool:

@@ -32,25 +32,17 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
     if m.name_or_path is None:
         config = _default_config(tokenizer, m.config_overrides)
         model = AutoModelForCausalLM.from_config(config, **common)
-    elif m.bundle and m.from_config:
-        from ..store.bundle import bundle_model_config
-
-        # The store's offline bundle: the config of name_or_path as prepare saw it, without hub access.
-        config = AutoConfig.from_pretrained(bundle_model_config(m.bundle), local_files_only=True, trust_remote_code=m.trust_remote_code)
-        _apply_overrides(config, m.config_overrides)
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code, **common)
     else:
-        r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
-        hub = {"local_files_only": r.local_files_only, "revision": m.revision, "trust_remote_code": m.trust_remote_code}
+        ref, hub = _model_source(m)
         try:
             if m.from_config:
-                config = AutoConfig.from_pretrained(r.ref, **hub)
+                config = AutoConfig.from_pretrained(ref, **hub)
                 _apply_overrides(config, m.config_overrides)
                 model = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code, **common)
             else:
-                model = AutoModelForCausalLM.from_pretrained(r.ref, **hub, **common)
+                model = AutoModelForCausalLM.from_pretrained(ref, **hub, **common)
         except (OSError, ValueError) as exc:
-            raise UserError(f"model.name_or_path: cannot load {r.ref!r}: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"model.name_or_path: cannot load {ref!r}: {str(exc).splitlines()[0]}") from None
     _fit_vocabulary(model, tokenizer)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -60,6 +52,17 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
             model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
         model = add_lora(model, m.lora)
     return model
+
+
+def _model_source(m: ModelConfig) -> tuple[str, dict[str, Any]]:
+    """Where name_or_path's config (and weights) are read from, with the loading options: a model
+    built from its config with model.bundle reads the config the store's offline bundle saved."""
+    if m.bundle and m.from_config:
+        from ..store.bundle import bundle_model_config
+
+        return bundle_model_config(m.bundle), {"local_files_only": True, "trust_remote_code": m.trust_remote_code}
+    r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
+    return r.ref, {"local_files_only": r.local_files_only, "revision": m.revision, "trust_remote_code": m.trust_remote_code}
 
 
 def context_length(model: Any) -> int:

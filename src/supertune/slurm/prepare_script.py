@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
-from .script import container_words, env_name, modules_section  # one rule for modules, variable names and containers
-from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
+from .script import comment, container_words, directives, env_name, modules_section, site_options  # one rule for both scripts
+from .shell import Expand, env_value, join, sbatch_value, slurm_filename
 
 __all__ = ["PrepareJob", "render_array_script", "render_merge_script"]
 
@@ -58,7 +58,7 @@ def render_merge_script(job: PrepareJob, profile: ClusterProfile) -> str:
     (--dependency=afterok:ID), since the array's id is known only then."""
     header = _header(job, "merging the parts into the store", [("kill-on-invalid-dep", "yes")], "%x-%j")
     step = [
-        f"# Shards and manifest of {_comment(job.out)}, byte-identical to a single-process prepare",
+        f"# Shards and manifest of {comment(job.out)}, byte-identical to a single-process prepare",
         join([*container_words(profile), job.python, "-m", "supertune", "prepare", "--merge", job.work]),
     ]
     return _script(header, job, profile, "\n".join(step))
@@ -85,21 +85,17 @@ def _header(job: PrepareJob, what: str, extra: list[tuple[str, str]], log_patter
         ("nodes", 1),
         ("ntasks", 1),
         ("cpus-per-task", job.cpus),
-        ("time", sbatch_value("slurm.time", job.time)),
-        ("partition", job.partition and sbatch_value("slurm.partition", job.partition)),
-        ("account", job.account and sbatch_value("slurm.account", job.account)),
-        ("qos", job.qos and sbatch_value("slurm.qos", job.qos)),
-        ("mem", job.mem and sbatch_value("slurm.mem", job.mem)),
+        *site_options(job.time, job.partition, job.account, job.qos, job.mem),
         ("output", sbatch_value("--out", f"{logs}/{log_pattern}.out")),
         ("error", sbatch_value("--out", f"{logs}/{log_pattern}.err")),
         ("open-mode", "append"),
     ]
     lines = [
         "#!/bin/bash",
-        f"# supertune prepare of the token store {_comment(job.out)}: {what}.",
+        f"# supertune prepare of the token store {comment(job.out)}: {what}.",
         "# Rendered by supertune prepare --submit; run that again rather than edit this file.",
     ]
-    lines += [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+    lines += directives(options)
     lines += [f"#SBATCH {sbatch_value('slurm.extra_args', arg)}" for arg in job.extra_args]
     return "\n".join(lines)
 
@@ -115,6 +111,3 @@ def _environment(job: PrepareJob, profile: ClusterProfile) -> str:
     ]
     return "\n".join(lines)
 
-
-def _comment(text: str) -> str:
-    return text.replace("\n", " ").replace("\r", " ")

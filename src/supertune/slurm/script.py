@@ -17,7 +17,7 @@ from .job import JobSpec
 from .launchers import HOSTFILE, step_command
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 
-__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "LOG_DIR"]
+__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "comment", "site_options", "directives", "LOG_DIR"]
 
 LOG_DIR = "logs"
 
@@ -43,11 +43,7 @@ def _header(job: JobSpec) -> str:
         ("ntasks-per-node", job.tasks_per_node),
         ("cpus-per-task", job.cpus_per_task),
         ("gpus-per-node", job.gpus_per_node or None),
-        ("time", sbatch_value("slurm.time", job.time)),
-        ("partition", job.partition and sbatch_value("slurm.partition", job.partition)),
-        ("account", job.account and sbatch_value("slurm.account", job.account)),
-        ("qos", job.qos and sbatch_value("slurm.qos", job.qos)),
-        ("mem", job.mem and sbatch_value("slurm.mem", job.mem)),
+        *site_options(job.time, job.partition, job.account, job.qos, job.mem),
         ("output", sbatch_value("--run-dir", f"{logs}/%x-%j.out")),
         ("error", sbatch_value("--run-dir", f"{logs}/%x-%j.err")),
         ("open-mode", "append"),
@@ -56,10 +52,10 @@ def _header(job: JobSpec) -> str:
     ]
     lines = [
         "#!/bin/bash",
-        f"# Job script of the supertune run in {_comment(job.run_dir)}.",
+        f"# Job script of the supertune run in {comment(job.run_dir)}.",
         "# Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
     ]
-    lines += [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+    lines += directives(options)
     lines.append("#SBATCH --requeue")
     if job.exclusive:
         lines.append("#SBATCH --exclusive")
@@ -67,7 +63,24 @@ def _header(job: JobSpec) -> str:
     return "\n".join(lines)
 
 
-def _comment(text: str) -> str:
+def site_options(time: str, partition: str | None, account: str | None, qos: str | None, mem: str | None) -> list[tuple[str, object | None]]:
+    """The scheduler's limits and accounting (slurm.* over the profile), quoted, as (option, value)."""
+    return [
+        ("time", sbatch_value("slurm.time", time)),
+        ("partition", partition and sbatch_value("slurm.partition", partition)),
+        ("account", account and sbatch_value("slurm.account", account)),
+        ("qos", qos and sbatch_value("slurm.qos", qos)),
+        ("mem", mem and sbatch_value("slurm.mem", mem)),
+    ]
+
+
+def directives(options: list[tuple[str, object | None]]) -> list[str]:
+    """#SBATCH lines of the options that have a value."""
+    return [f"#SBATCH --{name}={value}" for name, value in options if value not in (None, "")]
+
+
+def comment(text: str) -> str:
+    """`text` on one line, safe inside a # comment of a script."""
     return text.replace("\n", " ").replace("\r", " ")
 
 
@@ -76,7 +89,7 @@ def modules_section(profile: ClusterProfile) -> str:
     if not profile.modules and not profile.module_purge:
         return ""
     lines = [
-        f"# Software stack of the cluster profile {_comment(profile.name)}",
+        f"# Software stack of the cluster profile {comment(profile.name)}",
         "# (module scripts may read unset variables, which strict mode would turn into a failure)",
         "set +u",
     ]
@@ -112,7 +125,7 @@ def env_name(name: str) -> str:
     from ..errors import UserError
 
     if not _ENV_NAME.match(name):
-        raise UserError(f"env.{_comment(name)}: not an environment variable name (letters, digits and _, not starting with a digit)")
+        raise UserError(f"env.{comment(name)}: not an environment variable name (letters, digits and _, not starting with a digit)")
     return name
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from ..config.schema import RunConfig
 from ..errors import UserError
 from .manifest import Manifest, tokenizer_fingerprint
-from .writer import SplitWriter, StorePlan, check_target, id_dtype, tokenize_rows, write_store
+from .writer import SplitWriter, StorePlan, check_target, finish_file, id_dtype, tokenize_rows, write_store
 
 __all__ = ["ArrayPlan", "work_dir", "plan_array", "finished_parts", "run_part", "merge_parts", "CONFIG", "LOGS"]
 
@@ -123,7 +123,8 @@ def run_part(work: Path, index: int) -> None:
                     lengths.write(doc_lengths.astype("<i8").tobytes())
 
                 counts = tokenize_rows(piece, cfg, tokenizer, sink, f"{name} part {index}/{plan.parts}")
-                _sync(ids, lengths)
+                finish_file(ids)
+                finish_file(lengths)
             np.save(tmp / f"{name}.counts.npy", counts)
             summary[name] = {"rows": len(piece)}
         (tmp / DONE).write_text(json.dumps(summary, sort_keys=True) + "\n", encoding="utf-8")
@@ -150,11 +151,10 @@ def merge_parts(work: Path) -> tuple[Path, Manifest]:
     check_target(out, plan.force)
     cfg = _load_config(work)
     tokenizer = load_tokenizer(cfg)
-    fingerprint = tokenizer_fingerprint(tokenizer)
-    for i in range(plan.parts):
-        if json.loads((_part_dir(work, i) / DONE).read_text())["tokenizer"] != fingerprint:
-            raise UserError(f"--merge: part {i} was tokenized with another tokenizer than the merge loads; run prepare --submit --force")
     store_plan = StorePlan.of(cfg, tokenizer, plan.bundle)
+    for i in range(plan.parts):
+        if json.loads((_part_dir(work, i) / DONE).read_text())["tokenizer"] != store_plan.tokenizer:
+            raise UserError(f"--merge: part {i} was tokenized with another tokenizer than the merge loads; run prepare --submit --force")
 
     def fill(tmp: Path) -> Manifest:
         splits, counts = {}, {}
@@ -223,8 +223,3 @@ def _source_stats(cfg: RunConfig) -> list[list[Any]]:
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-
-def _sync(*handles: Any) -> None:
-    for h in handles:
-        h.flush()
-        os.fsync(h.fileno())  # the rename that marks the part finished must not come before its data

@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..file_hashes import sha256_file
 from .manifest import FileEntry
 
-__all__ = ["BUNDLE", "bundle_tokenizer", "bundle_model_config", "write_bundle"]
+__all__ = ["BUNDLE", "bundle_problem", "bundle_tokenizer", "bundle_model_config", "write_bundle"]
 
 BUNDLE = "bundle"
 TOKENIZER_DIR = f"{BUNDLE}/tokenizer"
@@ -45,20 +45,25 @@ def write_bundle(directory: Path, cfg: RunConfig, tokenizer: Any) -> list[FileEn
     return [FileEntry(p.relative_to(directory).as_posix(), p.stat().st_size, sha256_file(p)) for p in files]
 
 
-def bundle_tokenizer(store: str) -> str:
-    """The bundle's tokenizer directory of the store at `store`, or a UserError saying how to make one."""
-    path = Path(store).expanduser() / TOKENIZER_DIR
-    if not (path / "tokenizer_config.json").is_file():
-        raise UserError(f"model.bundle: {store!r} has no offline bundle; make the store with supertune prepare --bundle")
-    return str(path)
-
-
-def bundle_model_config(store: str) -> str:
-    """The bundle's model directory (config.json only), or a UserError when the bundle has none."""
-    path = Path(store).expanduser() / MODEL_DIR
-    if not (path / "config.json").is_file():
-        raise UserError(
+def bundle_problem(store: str, model_config: bool) -> str | None:
+    """What the bundle of the store at `store` lacks for a run (its tokenizer; with `model_config`,
+    the model config too), or None. Checked when the run config is validated."""
+    root = Path(store).expanduser()
+    if not (root / TOKENIZER_DIR / "tokenizer_config.json").is_file():
+        return f"model.bundle: {store!r} has no offline bundle (no {TOKENIZER_DIR}/); make the store with supertune prepare --bundle"
+    if model_config and not (root / MODEL_DIR / "config.json").is_file():
+        return (
             f"model.bundle: the bundle of {store!r} holds no model config (its prepare named no model.name_or_path); "
             "run supertune prepare --bundle with model.name_or_path set, or set model.from_config=false"
         )
-    return str(path)
+    return None
+
+
+def bundle_tokenizer(store: str) -> str:
+    """The bundle's tokenizer directory (present: see bundle_problem)."""
+    return str(Path(store).expanduser() / TOKENIZER_DIR)
+
+
+def bundle_model_config(store: str) -> str:
+    """The bundle's model directory, config.json only (present: see bundle_problem)."""
+    return str(Path(store).expanduser() / MODEL_DIR)

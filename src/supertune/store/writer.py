@@ -40,7 +40,7 @@ from .manifest import (
 )
 from .progress import Progress
 
-__all__ = ["DEFAULT_SHARD_TOKENS", "SplitWriter", "StorePlan", "check_target", "id_dtype", "prepare_store", "tokenize_rows", "write_store"]
+__all__ = ["DEFAULT_SHARD_TOKENS", "SplitWriter", "StorePlan", "check_target", "finish_file", "id_dtype", "prepare_store", "tokenize_rows", "write_store"]
 
 # Tokens per shard: 2^28 ids are 512 MiB as uint16, 1 GiB as uint32; big enough that a large store
 # has few files, small enough to copy, hash and re-send one at a time.
@@ -97,7 +97,7 @@ class SplitWriter:
     def _close_shard(self) -> None:
         c = self.current
         assert c is not None
-        _finish(c.handle)
+        finish_file(c.handle)
         width = self.dtype.itemsize
         self.shards.append(ShardEntry(c.name, c.tokens * width, c.digest.hexdigest(), tokens=c.tokens))
         self.current = None
@@ -105,14 +105,15 @@ class SplitWriter:
     def close(self) -> SplitEntry:
         if self.current is not None:
             self._close_shard()
-        _finish(self.offsets.handle)
+        finish_file(self.offsets.handle)
         offsets = FileEntry(self.offsets.name, (self.documents + 1) * 8, self.offsets.digest.hexdigest())
         return SplitEntry(self.documents, self.tokens, offsets, self.shards)
 
 
-def _finish(handle: BinaryIO) -> None:
+def finish_file(handle: BinaryIO) -> None:
+    """Flush, fsync and close: a rename that publishes the file must not come before its data."""
     handle.flush()
-    os.fsync(handle.fileno())  # the rename below must not publish data still in the page cache only
+    os.fsync(handle.fileno())
     handle.close()
 
 
@@ -148,6 +149,8 @@ class StorePlan:
     """What a store records beside its token ids, known before tokenizing: id width, sources, bundle."""
 
     dtype: np.dtype
+    tokenizer: str
+    """The tokenizer's fingerprint (a JSON round trip of it: computed once, here)."""
     hashing: Future  # of dict[str, list[SourceFile]]: the sources, hashed while the documents are tokenized
     bundle: bool
 
@@ -172,7 +175,7 @@ class StorePlan:
                 hashing.set_exception(exc)
 
         threading.Thread(target=run, name="hash-sources", daemon=True).start()
-        return cls(dtype, hashing, bundle)
+        return cls(dtype, tokenizer_fingerprint(tokenizer), hashing, bundle)
 
     @property
     def sources(self) -> dict[str, list[SourceFile]]:
@@ -191,7 +194,7 @@ class StorePlan:
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
-            tokenizer=TokenizerEntry(tokenizer_fingerprint(tokenizer), len(tokenizer), int(tokenizer.eos_token_id), _name(tokenizer)),
+            tokenizer=TokenizerEntry(self.tokenizer, len(tokenizer), int(tokenizer.eos_token_id), _name(tokenizer)),
             template=d.template,
             text_field=d.text_field,
             add_eos=d.add_eos,

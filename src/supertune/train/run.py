@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -41,11 +40,11 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
-    trainer, guard, run_guard = build_trainer(cfg, run, model, tokenizer, data, env)
+    trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size)
     train_out, resumed = _train_or_resume(cfg, trainer, env)
-    if run_guard.stopped is not None:
-        return _stopped(run, trainer, run_guard.stopped, env)
+    if trainer.supertune.guard.stopped is not None:
+        return _stopped(run, trainer, trainer.supertune.guard.stopped, env)
     # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
     # also make the same number of forward calls, which token_mean_loss guarantees.
     eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
@@ -69,8 +68,11 @@ def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tu
     path, manifest = found
     _log_resume(path, manifest, env)
     fault_point("resume.loaded", manifest.step, env.rank)
-    if _training_done(cfg, path):
-        return _load_finished(trainer, path), manifest
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(str(path / "trainer_state.json"))
+    if _training_done(cfg, state):
+        return _load_finished(trainer, path, state), manifest
     return trainer.train(resume_from_checkpoint=str(path)), manifest
 
 
@@ -83,20 +85,18 @@ def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
         )
 
 
-def _training_done(cfg: RunConfig, checkpoint: Any) -> bool:
-    """Whether the checkpoint holds the last step already: the Trainer, resumed there, would train one more."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    planned = cfg.training.max_steps if cfg.training.max_steps > 0 else int(state.get("max_steps") or 0)
-    return int(state["global_step"]) >= planned > 0
+def _training_done(cfg: RunConfig, state: Any) -> bool:
+    """Whether a checkpoint's trainer state holds the last step already: the Trainer, resumed there, would train one more."""
+    planned = cfg.training.max_steps if cfg.training.max_steps > 0 else int(state.max_steps or 0)
+    return int(state.global_step) >= planned > 0
 
 
-def _load_finished(trainer: Any, checkpoint: Any) -> Any:
+def _load_finished(trainer: Any, checkpoint: Any, state: Any) -> Any:
     """Weights and trainer state of a checkpoint written at the last step, for evaluation and saving."""
-    from transformers import TrainerState
     from transformers.trainer_utils import TrainOutput
 
     trainer._load_from_checkpoint(str(checkpoint))
-    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    trainer.state = state
     # The Trainer's training_loss is the mean over all steps; the logged losses (one per
     # logging_steps) are what the checkpoint keeps of it.
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]

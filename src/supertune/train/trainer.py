@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checkpoints.layout import CheckpointDir
 from ..config.schema import RunConfig
 from ..data.pipeline import TrainingData
 from ..distributed.guard import StrategyGuard
 from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment
-from ..checkpoints.layout import CheckpointDir
 from ..rundir import RunDir
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
@@ -34,9 +34,9 @@ def global_batch(cfg: RunConfig, world_size: int) -> int:
 
 def build_trainer(
     cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment
-) -> tuple[Any, StrategyGuard, RunGuard]:
-    """The Trainer; the guard that checks (when training begins) that the model is wrapped as
-    distributed.strategy asks; and the guard that stops the run on request or on a NaN."""
+) -> tuple[Any, StrategyGuard]:
+    """The Trainer (its RunGuard, which stops the run on request or on a NaN, is trainer.supertune.guard),
+    and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks."""
     from transformers import default_data_collator
 
     layout = CheckpointDir(run.checkpoints)
@@ -66,4 +66,4 @@ def build_trainer(
         guard=run_guard,
     )
     guard.trainer = trainer
-    return trainer, guard, run_guard
+    return trainer, guard
