@@ -16,7 +16,7 @@ import yaml
 from supertune import __version__
 from supertune.cli.main import main
 from supertune.clusters import load_profile
-from supertune.container import read_pins, render_definition, resolve_source, runtime_pins, write_container_files
+from supertune.container import read_pins, render_definition, resolve_source, runtime_pins
 from supertune.container.conda_env import CONDA_PYTHON
 from supertune.container.definition import MIN_PYTHON
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from supertune.config import load_run_config
+from supertune.resolve import resolve_run_config
 from supertune.data.batches import IGNORE_INDEX, PadCollator
 from supertune.data.documents import render_texts
 from supertune.data.pipeline import build_training_data
@@ -58,7 +58,7 @@ def _write(tmp_path, fmt):
 @pytest.mark.parametrize("fmt", ["txt", "jsonl", "json", "csv", "parquet"])
 def test_every_file_format_loads_and_splits(tmp_path, fmt):
     path = _write(tmp_path, fmt)
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.validation_split_percentage=10"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.validation_split_percentage=10"])
     raw = load_raw_splits(cfg.data, seed=1)
     assert len(raw.train) + len(raw.validation) == len(DOCS)
     assert len(raw.validation) == 6
@@ -69,7 +69,7 @@ def test_every_file_format_loads_and_splits(tmp_path, fmt):
 def test_glob_and_list_of_files(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "alpha"}) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "beta"}) + "\n")
-    cfg = load_run_config(None, [f"data.train_files={tmp_path}/*.jsonl", f"data.validation_files=[{tmp_path}/a.jsonl]"])
+    cfg = resolve_run_config(None, [f"data.train_files={tmp_path}/*.jsonl", f"data.validation_files=[{tmp_path}/a.jsonl]"])
     assert cfg.data.train_files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     raw = load_raw_splits(cfg.data, seed=0)
     assert sorted(raw.train["text"]) == ["alpha", "beta"]
@@ -77,20 +77,20 @@ def test_glob_and_list_of_files(tmp_path):
 
 
 def test_template_uses_columns():
-    cfg = load_run_config(None, ["data.template=Write a document about {topic}: {text}"])
+    cfg = resolve_run_config(None, ["data.template=Write a document about {topic}: {text}"])
     rows = {"text": ["Rivers flow.", "", None], "topic": ["water", "", None]}
     assert render_texts(rows, cfg.data) == ["Write a document about water: Rivers flow."]
 
 
 def test_template_naming_a_missing_column_is_refused(tmp_path):
     path = _write(tmp_path, "jsonl")
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.template=Q: {question}"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.template=Q: {question}"])
     with pytest.raises(UserError, match=r"data.template: column 'question' is not in the data \(columns: text, id\)"):
         load_raw_splits(cfg.data, seed=0)
 
 
 def test_packing_yields_full_blocks_without_pad_tokens(tokenizer):
-    cfg = load_run_config(None, ["data.block_size=64"])
+    cfg = resolve_run_config(None, ["data.block_size=64"])
     data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
     assert len(data.train) > 100
     eos_seen = 0
@@ -109,7 +109,7 @@ def test_packing_yields_full_blocks_without_pad_tokens(tokenizer):
 
 def test_padding_mode_pads_to_max_length_and_masks_the_loss(tokenizer, tmp_path):
     path = _write(tmp_path, "jsonl")
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.packing=false", "data.max_length=32"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.packing=false", "data.max_length=32"])
     data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
     batch = data.collator([data.train[i] for i in range(4)])
     assert batch["input_ids"].shape == (4, 32)
@@ -121,7 +121,7 @@ def test_padding_mode_pads_to_max_length_and_masks_the_loss(tokenizer, tmp_path)
 
 def test_padding_without_max_length_uses_the_longest_document(tokenizer, tmp_path):
     path = _write(tmp_path, "jsonl")
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.packing=false"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.packing=false"])
     data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
     longest = max(len(d) for d in data.train.docs)
     assert data.max_length == longest
@@ -130,7 +130,7 @@ def test_padding_without_max_length_uses_the_longest_document(tokenizer, tmp_pat
 
 def test_streaming_packs_blocks(tokenizer, tmp_path):
     path = _write(tmp_path, "jsonl")
-    cfg = load_run_config(
+    cfg = resolve_run_config(
         None,
         [f"data.train_files={path}", f"data.validation_files={path}", "data.streaming=true", "data.block_size=16", "training.max_steps=3"],
     )
@@ -143,7 +143,7 @@ def test_streaming_packs_blocks(tokenizer, tmp_path):
 def test_a_stream_too_small_for_one_block_is_a_clear_error(tokenizer, tmp_path):
     path = _write(tmp_path, "jsonl")
     # without validation files the first documents of the stream are held out: here, all of them
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.streaming=true", "training.max_steps=3"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.streaming=true", "training.max_steps=3"])
     data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
     with pytest.raises(UserError, match="less than one block"):
         next(iter(data.train))
@@ -152,7 +152,7 @@ def test_a_stream_too_small_for_one_block_is_a_clear_error(tokenizer, tmp_path):
 def test_block_larger_than_the_data_is_a_clear_error(tokenizer, tmp_path):
     path = tmp_path / "tiny.jsonl"
     path.write_text("".join(json.dumps({"text": f"tiny {i}"}) + "\n" for i in range(10)))
-    cfg = load_run_config(None, [f"data.train_files={path}", "data.block_size=4096"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.block_size=4096"])
     with pytest.raises(UserError, match="data.block_size: the training split has"):
         build_training_data(cfg.data, tokenizer, seed=0, context_length=8192)
 

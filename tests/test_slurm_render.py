@@ -22,11 +22,10 @@ import pytest
 
 from supertune.clusters import load_profile
 from supertune.clusters.schema import ClusterProfile
-from supertune.config import load_run_config
+from supertune.resolve import resolve_run_config
 from supertune.errors import UserError
 from supertune.slurm.job import JobSpec, job_spec
-from supertune.slurm.launchers import step_command
-from supertune.slurm.script import container_words, render_sbatch
+from supertune.slurm.script import render_sbatch, step_words
 from supertune.slurm.shell import Expand
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "sbatch"
@@ -34,8 +33,9 @@ UPDATE = os.environ.get("SUPERTUNE_UPDATE_GOLDEN", "") not in ("", "0")
 RUN_DIR = "/scratch/runs/golden-20260101-000000"
 PYTHON = "/opt/supertune/venv/bin/python"
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")
-# lumi-sif: LUMI with a container image set, so that the container prefix is pinned too.
-PROFILES = ("local", "lumi", "leonardo", "twcc", "lumi-sif")
+# lumi-sif: LUMI with a container image set, so that the container prefix is pinned too;
+# leonardo-preflight: Leonardo with the doctor's pre-flight step before training.
+PROFILES = ("local", "lumi", "leonardo", "twcc", "lumi-sif", "leonardo-preflight")
 CASES = [(p, launcher) for p in PROFILES for launcher in LAUNCHERS]
 
 
@@ -46,6 +46,7 @@ def no_user_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _profile(name: str) -> ClusterProfile:
+    name = name.removesuffix("-preflight")
     if name == "lumi-sif":
         lumi = load_profile("lumi")
         image = "/project/project_465000000/${USER}/supertune-lumi.sif"
@@ -54,12 +55,14 @@ def _profile(name: str) -> ClusterProfile:
 
 
 def _render(profile_name: str, launcher: str) -> str:
-    cluster = "lumi" if profile_name == "lumi-sif" else profile_name
+    cluster = {"lumi-sif": "lumi", "leonardo-preflight": "leonardo"}.get(profile_name, profile_name)
     overrides = [f"launch.cluster={cluster}", "launch.nodes=2", f"launch.launcher={launcher}", "output.name=golden"]
+    if profile_name.endswith("-preflight"):
+        overrides += ["slurm.preflight=true", "slurm.preflight_gbps=20"]
     if cluster == "local":
         overrides.append("launch.procs_per_node=2")
     profile = _profile(profile_name)
-    return render_sbatch(job_spec(load_run_config(None, overrides), profile, RUN_DIR, PYTHON), profile)
+    return render_sbatch(job_spec(resolve_run_config(None, overrides), profile, RUN_DIR, PYTHON), profile)
 
 
 @pytest.mark.parametrize(("profile", "launcher"), CASES, ids=[f"{p}-{launcher}" for p, launcher in CASES])
@@ -216,7 +219,7 @@ def _read_env(path: Path) -> dict[str, str]:
 
 def _expected_step(job: JobSpec, profile: ClusterProfile, env: dict[str, str]) -> list[str]:
     """The step's words as the processes must receive them: per-node references resolved."""
-    words, _ = step_command(job, container_words(profile))
+    words = step_words(job, profile)
 
     def resolve(word: object) -> str:
         if isinstance(word, Expand):

@@ -181,11 +181,11 @@ def test_a_corrupted_store_is_refused_before_training(good_store, files, tmp_pat
 
 
 def test_store_settings_are_checked_with_the_config(tmp_path):
-    from supertune.config import load_run_config
+    from supertune.resolve import resolve_run_config
     from supertune.config.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        load_run_config(None, [f"data.store={tmp_path}", "data.packing=false", f"model.bundle={tmp_path}", "model.tokenizer=gpt2"])
+        resolve_run_config(None, [f"data.store={tmp_path}", "data.packing=false", f"model.bundle={tmp_path}", "model.tokenizer=gpt2"])
     text = str(info.value)
     assert "data.store: " in text and "no manifest.json" in text
     assert "model.bundle: " in text and "has no offline bundle" in text and "set together with model.tokenizer" in text

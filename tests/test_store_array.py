@@ -123,12 +123,13 @@ def _same_store(a: Path, b: Path) -> None:
 
 def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(corpus: Path, tmp_path: Path, capsys) -> None:
     """Without Slurm: what each array task and the merge job run, called directly."""
-    from supertune.config import dump_config, load_run_config
+    from supertune.config import dump_config
+    from supertune.resolve import resolve_run_config
     from supertune.store.array import finished_parts, plan_array
 
     assert main(["prepare", "--out", str(tmp_path / "single"), "--shard-tokens", "2000", *_overrides(corpus)]) == 0
     out = tmp_path / "merged"
-    cfg = load_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
+    cfg = resolve_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
     work = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
     for i in (2, 0, 1):
         assert main(["prepare", "--part", str(i), "--work", str(work)]) == 0
@@ -145,11 +146,12 @@ def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(corp
 
 
 def test_merge_refuses_unfinished_parts_and_another_plan_is_refused(corpus: Path, tmp_path: Path, capsys) -> None:
-    from supertune.config import dump_config, load_run_config
+    from supertune.config import dump_config
+    from supertune.resolve import resolve_run_config
     from supertune.errors import UserError
     from supertune.store.array import plan_array
 
-    cfg = load_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
+    cfg = resolve_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
     out = tmp_path / "store"
     work = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
     assert main(["prepare", "--part", "0", "--work", str(work)]) == 0

@@ -125,7 +125,7 @@ def test_store_check_size_skips_hashing_and_still_catches_truncation(tmp_path):
     """data.store_check=size trusts the bytes (a flipped byte passes) but not the sizes; auto hashes a small store."""
     from transformers import AutoTokenizer
 
-    from supertune.config import load_run_config
+    from supertune.resolve import resolve_run_config
     from supertune.defaults import default_tokenizer
     from supertune.errors import UserError
     from supertune.store.reader import open_store_for_run
@@ -137,7 +137,7 @@ def test_store_check_size_skips_hashing_and_still_catches_truncation(tmp_path):
     data[0] ^= 0x01
     shard.write_bytes(bytes(data))
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
-    d = load_run_config(None, [f"data.store={store}", "data.store_check=size"]).data
+    d = resolve_run_config(None, [f"data.store={store}", "data.store_check=size"]).data
     assert len(open_store_for_run(d, tok).train.tokens) > 0
     d.store_check = "auto"
     with pytest.raises(UserError, match="has sha256"):

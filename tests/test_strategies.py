@@ -75,7 +75,7 @@ def test_zero3_shards_matches_ddp_and_saves_a_plain_16bit_gathered_model(ddp, tm
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from supertune.config import load_run_config
+    from supertune.config import load_saved_config
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
@@ -87,7 +87,7 @@ def test_zero3_shards_matches_ddp_and_saves_a_plain_16bit_gathered_model(ddp, tm
     # model/ is one full checkpoint gathered from both ranks, loadable with plain transformers
     model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
     assert all(p.numel() > 0 for p in model.parameters())
-    reloaded = evaluate_saved_model(str(run_dir / "model"), load_run_config(str(run_dir / "config.yaml")))
+    reloaded = evaluate_saved_model(str(run_dir / "model"), load_saved_config(run_dir / "config.yaml"))
     assert abs(reloaded["eval_loss"] - summary["eval_loss"]) <= 1e-5
     # and its weights are the DDP run's
     ddp_weights = load_file(ddp[0] / "model" / "model.safetensors")
@@ -100,7 +100,7 @@ def test_lora_under_zero3_saves_adapters_that_reload(ddp, tmp_path):
     """LoRA on pretrained weights (the DDP run's model) with sharded base weights."""
     from safetensors.torch import load_file
 
-    from supertune.config import load_run_config
+    from supertune.config import load_saved_config
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
@@ -110,7 +110,7 @@ def test_lora_under_zero3_saves_adapters_that_reload(ddp, tmp_path):
     adapters = load_file(run_dir / "model" / "adapter_model.safetensors")
     assert adapters and all("lora_" in k for k in adapters)
     assert any(t.abs().sum() > 0 for k, t in adapters.items() if "lora_B" in k)  # B starts at zero: it trained
-    reloaded = evaluate_saved_model(str(run_dir / "model"), load_run_config(str(run_dir / "config.yaml")))
+    reloaded = evaluate_saved_model(str(run_dir / "model"), load_saved_config(run_dir / "config.yaml"))
     assert abs(reloaded["eval_loss"] - summary["eval_loss"]) <= 1e-5
     assert reloaded["eval_loss"] < ddp[2]["eval_loss"]  # the adapters moved the loss
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["RunDir", "create_run_dir", "holds_run", "write_json_atomic"]
+__all__ = ["RunDir", "create_run_dir", "holds_run", "run_of_model", "write_json_atomic"]
 
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
@@ -19,12 +19,14 @@ STOP_REQUEST_FILE = "stop-request"
 """Created (by the job script, or by `supertune train` for its workers) to ask a run to checkpoint and stop."""
 STOPPED_FILE = "stopped.json"
 """Written by the main process when a run stopped on request after saving its checkpoint."""
+LOG_DIR = "logs"
+"""Job logs (stdout and stderr of every SLURM job of the run)."""
 
 
 class RunDir:
-    """Names of the files in a run directory."""
+    """Names of the files in a run directory: every path of a run is one of these properties."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
     @property
@@ -58,6 +60,56 @@ class RunDir:
     @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
+
+    @property
+    def resolution(self) -> Path:
+        """How config.yaml was resolved: the layers, the cluster profile's files and their sha256."""
+        return self.path / "resolution.json"
+
+    @property
+    def base_model(self) -> Path:
+        """Fresh base weights saved beside LoRA adapters trained on them."""
+        return self.path / "base_model"
+
+    @property
+    def deepspeed_config(self) -> Path:
+        """The DeepSpeed JSON of a zero strategy, as the run used it."""
+        return self.path / "deepspeed_config.json"
+
+    @property
+    def job_script(self) -> Path:
+        return self.path / "job.sbatch"
+
+    @property
+    def jobs(self) -> Path:
+        """One JSON line per SLURM submission of the run."""
+        return self.path / "jobs.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOG_DIR
+
+    @property
+    def hostfile(self) -> Path:
+        """The deepspeed launcher's hosts and slots, written by the job from its allocation."""
+        return self.path / "hostfile"
+
+    @property
+    def preflight_report(self) -> Path:
+        """The job's pre-flight (supertune doctor --comm) report, JSON, written by its rank 0."""
+        return self.path / "preflight.json"
+
+    @property
+    def accelerate_config(self) -> Path:
+        """`accelerate launch`'s fixed settings, written when the job is submitted."""
+        return self.path / "accelerate_config.yaml"
+
+
+def run_of_model(model_dir: str | os.PathLike[str]) -> RunDir | None:
+    """The run whose final model `model_dir` is (`<run dir>/model`), else None."""
+    path = Path(model_dir).expanduser().absolute()
+    run = RunDir(path.parent)
+    return run if holds_run(run.path) and run.model == path else None
 
 
 def holds_run(path: Path) -> bool:

@@ -10,6 +10,9 @@ yet), save.staged (all files written, no manifest), save.manifest (manifest writ
 renamed into place), save.renamed (in place, `latest` not yet updated), save.published.
 Outside saves: step (after an optimizer step), resume.loaded (a checkpoint was chosen and training
 is about to continue from it), final.model (final model written, no summary yet).
+Averaging (`supertune average`, where "step" counts tensors): average.tensor (that many tensors
+averaged and written into the staging directory), average.written (every shard written, the output
+not yet renamed into place).
 
 With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
 just before), so that processes restarted by torchrun with the same environment run through.

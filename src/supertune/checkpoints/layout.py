@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from ..durable_files import fsync_dir, fsync_tree
 from .manifest import CheckpointManifest, check_files, read_manifest, write_manifest
 
 __all__ = ["CheckpointDir", "PREFIX"]
@@ -72,10 +73,10 @@ class CheckpointDir:
     def publish(self, step: int, manifest: CheckpointManifest, fault: Callable[[str], None]) -> Path:
         """Flush the staged checkpoint of `step`, write its manifest, move it into place, then point `latest` at it."""
         staged = self.staged(step)
-        _fsync_tree(staged)
+        fsync_tree(staged)
         fault("save.staged")
         write_manifest(staged, manifest)
-        _fsync_dir(staged)
+        fsync_dir(staged)
         fault("save.manifest")
         final = self.final(step)
         if final.exists():
@@ -83,7 +84,7 @@ class CheckpointDir:
             # was written after the one `latest` names): the new save replaces it.
             shutil.rmtree(final)
         os.rename(staged, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         try:
             self.staging_root.rmdir()
         except OSError:
@@ -100,7 +101,7 @@ class CheckpointDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.root / LATEST)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def rotate(self, keep: int | None) -> list[Path]:
         """Delete all but the newest `keep` checkpoints (never the one `latest` names) and any rejected ones."""
@@ -147,27 +148,3 @@ class CheckpointDir:
 def _step_of(path: Path) -> int:
     m = _NAME.match(path.name)
     return int(m.group(1)) if m else -1
-
-
-def _fsync_tree(root: Path) -> None:
-    # Every file reaches the disk before the manifest says the checkpoint is complete; this costs
-    # one fsync per file (a few per checkpoint; DeepSpeed writes one per rank).
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for d in sorted({p.parent for p in root.rglob("*")} | {root}):
-        _fsync_dir(d)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot fsync a directory; the rename is still atomic there
-    finally:
-        os.close(fd)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 DESCRIPTION = (
     "Print the loss and perplexity of a saved model. A model inside a run directory is evaluated with that "
@@ -28,13 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_run_config, read_yaml
+    from ..config import read_config_file
     from ..evaluation.perplexity import evaluate_saved_model
+    from ..resolve import resolve
+    from ..rundir import run_of_model
 
     base: dict = {}
-    run_config = Path(args.model) / ".." / "config.yaml"
-    if run_config.is_file():
-        saved = read_yaml(run_config)
+    run = run_of_model(args.model)
+    if run is not None:
+        saved = read_config_file(run.config)
         base = {"data": saved.get("data", {}), "training": {"per_device_eval_batch_size": saved.get("training", {}).get("per_device_eval_batch_size", 16)}}
     overrides = list(args.overrides)
     if args.data:  # `--data a.jsonl key=value`: nargs="+" also swallows the overrides that follow
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append("data.train_files=[" + ",".join(_quoted(f) for f in args.data) + "]")
     if args.batch_size is not None:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
-    cfg = load_run_config(None, overrides, base=base)
+    cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config
     metrics = evaluate_saved_model(args.model, cfg)
     print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)")
     return 0

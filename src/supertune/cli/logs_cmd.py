@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         if not offsets and (state is None or state.finished):
             state = state or job_state(job_id)
-            print(f"supertune: job {job_id} has no log in {run_dir.path / 'logs'} ({state.state})", file=sys.stderr)
+            print(f"supertune: job {job_id} has no log in {run_dir.logs} ({state.state})", file=sys.stderr)
         if state is None or state.finished:
             return 0
         time.sleep(args.poll)

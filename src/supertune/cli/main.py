@@ -13,6 +13,7 @@ COMMANDS = {
     "train": ("train_cmd", "train a model (the embedded default without a config)"),
     "eval": ("eval_cmd", "loss and perplexity of a saved model on some data"),
     "generate": ("generate_cmd", "continue a prompt with a saved model"),
+    "average": ("average_cmd", "federated averaging of runs, checkpoints or models (token-weighted, streaming)"),
     "config": ("config_cmd", "show the resolved config, or every key with its meaning"),
     "clusters": ("clusters_cmd", "list the cluster profiles, or show one with the files it came from"),
     "container": ("container_cmd", "write an Apptainer definition and a conda environment for a cluster"),
@@ -20,8 +21,10 @@ COMMANDS = {
     "status": ("status_cmd", "SLURM state of a run's jobs"),
     "logs": ("logs_cmd", "print (or --follow) the job log of a run"),
     "cancel": ("cancel_cmd", "cancel a run's unfinished SLURM jobs"),
+    "federate": ("federate_cmd", "federated training across sites: rounds of local training and averaging, resumable"),
     "prepare": ("prepare_cmd", "tokenize a run config's data once into a checked, memory-mapped token store"),
     "env": ("env_cmd", "this process's rank, world size, master address and launcher, as supertune sees them"),
+    "doctor": ("doctor_cmd", "check this node's environment and name the fix; --comm measures the interconnect"),
 }
 
 EXAMPLES = """examples:

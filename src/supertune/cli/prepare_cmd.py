@@ -73,13 +73,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace, extra: list[str]):
-    from ..config import load_run_config
+    from ..resolve import resolve_run_config
 
     config, overrides = split_config_and_overrides(args)
     # The store being made is not read: data.store and model.bundle in the config (what training will
     # use, maybe this store) are ignored here. prepare reads map-style datasets: the split of a store
     # is the validation files or the percentage split, whatever data.streaming says.
-    return config, load_run_config(config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"])
+    return config, resolve_run_config(config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"])
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -22,18 +22,25 @@ class RunDirChoice:
     message: str
 
 
-def choose_run_dir(run_dir: str | None, cfg: Any, config_text: str, no_resume: bool) -> RunDirChoice:
+def choose_run_dir(run_dir: str | None, resolution: Any, no_resume: bool) -> RunDirChoice:
+    """A new run dir holding the resolved config (and how it was resolved), or the run --run-dir names."""
+    from ..config import dump_config, load_saved_config
+    from ..resolve import write_resolution
+
+    cfg = resolution.config
+    config_text = dump_config(cfg)
     if not (run_dir and holds_run(Path(run_dir))):
         run = create_run_dir(run_dir, cfg.output.name, cfg.output.runs_root, config_text)
+        write_resolution(run, resolution)
         return RunDirChoice(run, resumed=False, finished=False, message=f"run dir {run.path}")
     from ..checkpoints.layout import CheckpointDir
-    from ..config import load_run_config
     from ..train.resume import config_differences
 
     run = RunDir(Path(run_dir).expanduser().absolute())
     if no_resume:
         raise UserError(f"--run-dir: {str(run.path)!r} already holds a run and --no-resume was given; choose a new directory")
-    differences = config_differences(load_run_config(str(run.config)), cfg)
+    # The run's config as it was resolved when the run was made: no layer is applied to it again.
+    differences = config_differences(load_saved_config(run.config), cfg)
     if differences:
         raise UserError(
             f"--run-dir: {str(run.path)!r} holds a run with other settings, so it cannot continue with these "
@@ -43,6 +50,7 @@ def choose_run_dir(run_dir: str | None, cfg: Any, config_text: str, no_resume: b
         return RunDirChoice(run, resumed=False, finished=True, message=f"the run in {run.path} has already finished; nothing to resume")
     if run.config.read_text(encoding="utf-8") != config_text:
         run.config.write_text(config_text, encoding="utf-8")  # only keys a resumed run may change differ
+        write_resolution(run, resolution)
     latest = CheckpointDir(run.checkpoints).latest()
     start = f"its latest good checkpoint ({latest.name} is the newest)" if latest else "the start (no checkpoint was saved yet)"
     return RunDirChoice(run, resumed=True, finished=False, message=f"resuming the run in {run.path} from {start}")

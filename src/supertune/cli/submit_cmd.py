@@ -20,43 +20,57 @@ def epilog() -> str:
         "examples:\n"
         "  supertune submit run.yaml --cluster leonardo --nodes 4 --launcher srun --time 12:00:00\n"
         "  supertune submit run.yaml --cluster lumi --nodes 2 --launcher accelerate --dry-run\n"
+        "  supertune submit run.yaml --cluster leonardo --nodes 8 --preflight --expect-gbps 20   # stop before training on a slow network\n"
         "  supertune submit --cluster local --nodes 2 launch.procs_per_node=1 training.max_steps=50\n"
     )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..launch.launchers import launcher_names
+
     add_run_config_arguments(p)
     p.add_argument("--cluster", help="cluster profile (launch.cluster); see `supertune clusters list`")
     p.add_argument("--nodes", type=int, help="nodes (launch.nodes)")
-    p.add_argument("--launcher", choices=["torchrun", "accelerate", "deepspeed", "srun"], help="launcher (launch.launcher)")
+    p.add_argument("--launcher", choices=launcher_names(), help="launcher (launch.launcher)")
     p.add_argument("--time", help="wall-clock limit, HH:MM:SS or D-HH:MM:SS (slurm.time)")
     p.add_argument(
         "--run-dir",
         help="run directory (default: <output.runs_root>/<output.name>-<timestamp>); an unfinished run there is "
         "submitted again and resumes from its latest good checkpoint",
     )
+    p.add_argument(
+        "--preflight", action="store_true",
+        help="run `supertune doctor --comm` as the job's first step (slurm.preflight); a failed check stops the job before training",
+    )  # fmt: skip
+    p.add_argument(
+        "--expect-gbps", type=float, metavar="X",
+        help="with the pre-flight: stop the job when the measured bus bandwidth is below X GB/s (slurm.preflight_gbps; implies --preflight)",
+    )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..clusters import load_profile
-    from ..config import dump_config, load_run_config
+    from ..resolve import resolve
     from ..slurm.jobs import prepare_job, render_job, submit_job
     from .run_dir_choice import choose_run_dir
 
     config, overrides = split_config_and_overrides(args)
-    flags = {"launch.cluster": args.cluster, "launch.nodes": args.nodes, "launch.launcher": args.launcher, "slurm.time": args.time}
+    flags = {
+        "launch.cluster": args.cluster, "launch.nodes": args.nodes, "launch.launcher": args.launcher, "slurm.time": args.time,
+        "slurm.preflight": "true" if args.preflight or args.expect_gbps is not None else None, "slurm.preflight_gbps": args.expect_gbps,
+    }  # fmt: skip
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
-    cfg = load_run_config(config, overrides)
-    profile = load_profile(cfg.launch.cluster)
-    # Render once before creating anything, so that a value the job script cannot hold leaves no
-    # half-made run directory behind. A default run dir gets its timestamp later: digits and '-'
+    # The same resolution and checks as `train` (the profile is loaded there, once).
+    resolution = resolve(config, overrides)
+    cfg, profile = resolution.config, resolution.profile
+    # Render once before creating anything, so that a run directory the job script cannot hold
+    # leaves no half-made run behind. A default run dir gets its timestamp later: digits and '-'
     # only, which change nothing about quoting.
     planned = args.run_dir or str(Path(cfg.output.runs_root) / f"{cfg.output.name}-00000000-000000")
-    render_job(cfg, profile, str(Path(planned).expanduser().absolute()))
-    choice = choose_run_dir(args.run_dir, cfg, dump_config(cfg), no_resume=False)
+    render_job(cfg, profile, str(Path(planned).expanduser().absolute()), "--run-dir" if args.run_dir else "output.runs_root")
+    choice = choose_run_dir(args.run_dir, resolution, no_resume=False)
     if choice.finished:
         print(f"supertune: {choice.message}", file=sys.stderr)
         return 0
@@ -68,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     _, script = prepare_job(cfg, profile, run_dir)
     if args.dry_run:
         sys.stdout.write(script)
-        print(f"supertune: dry run: script in {run_dir.path / 'job.sbatch'}, nothing submitted", file=sys.stderr)
+        print(f"supertune: dry run: script in {run_dir.job_script}, nothing submitted", file=sys.stderr)
         return 0
     job_id = submit_job(run_dir, profile.name)
     print(job_id)

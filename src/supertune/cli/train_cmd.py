@@ -52,14 +52,15 @@ def run(args: argparse.Namespace) -> int:
 
     install_signal_handlers(also=pass_on)
 
-    from ..config import dump_config, load_run_config
     from ..launch.environment import launch_environment
+    from ..resolve import resolve
 
     config, overrides = split_config_and_overrides(args)
     if args.nproc is not None:
         overrides.append(f"launch.nproc={args.nproc}")
-    cfg = load_run_config(config, overrides)
-    run_dir = _run_dir(args, cfg, dump_config(cfg))
+    resolution = resolve(config, overrides)
+    cfg = resolution.config
+    run_dir = _run_dir(args, resolution)
     if run_dir is None:
         return 0
     clear_stop_files(run_dir)
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
         # A stop signal to this process becomes the stop-request file, which the workers read:
         # torchrun's agent is left alone (it would pass SIGTERM on with a 30 s limit, and SIGUSR1 kills it).
-        code = run_foreground(torchrun_argv(cfg.launch.nproc, run_dir.path, cfg.launch.max_restarts))
+        code = run_foreground(torchrun_argv(cfg.launch.nproc, [str(run_dir.path)], max_restarts=cfg.launch.max_restarts))
         stopped = _stopped_record(run_dir)
         if stopped is not None:
             return _report_stop(stopped, REQUEUE_EXIT_CODE)
@@ -91,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_dir(args: argparse.Namespace, cfg: Any, config_text: str) -> RunDir | None:
+def _run_dir(args: argparse.Namespace, resolution: Any) -> RunDir | None:
     """A new run directory, or the one named by --run-dir to resume (None: that run already finished)."""
     from .run_dir_choice import choose_run_dir
 
-    choice = choose_run_dir(args.run_dir, cfg, config_text, args.no_resume)
+    choice = choose_run_dir(args.run_dir, resolution, args.no_resume)
     print(f"supertune: {choice.message}", flush=True)
     if choice.finished:
         _report(json.loads(choice.run.summary.read_text()), choice.run)

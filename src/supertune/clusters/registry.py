@@ -196,8 +196,7 @@ def _origin(key: str, sources: ProfileSources, user_keys: set[str]) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    from ..config.errors import ConfigError
-    from ..config.load import read_yaml_mapping
+    from ..config.yaml_file import read_yaml_mapping
 
     try:
         return read_yaml_mapping(path, "cluster profile", "keys (gpus_per_node:, env:, ...)")

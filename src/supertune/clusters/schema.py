@@ -48,6 +48,8 @@ class ClusterProfile:
     """Memory of one GPU (GCD) in GB."""
     peak_bf16_tflops_per_gpu: float = 0.0
     """Dense bf16 peak of one GPU (GCD) in TFLOP/s, for MFU."""
+    gpu_bf16: bool = True
+    """Whether the GPUs compute in bf16 (V100: no); a run asking for bf16 on GPUs without it is refused."""
     cpus_per_gpu: int = 1
     """CPU cores for each GPU process (--cpus-per-task)."""
     cpus_per_node: int = 1
@@ -69,6 +71,6 @@ class ClusterProfile:
     env: dict[str, str] = field(default_factory=dict)
     """Environment of the job. Values may reference other variables as $NAME or ${NAME} (nothing else is expanded)."""
     run_config: dict[str, Any] = field(default_factory=dict)
-    """Run-config values this site sets over the run YAML (below CLI overrides), e.g. {training: {bf16: true}}."""
+    """Run-config defaults of this site, e.g. {training: {bf16: true}}: over supertune's defaults, under the run YAML and the command line."""
     notes: list[str] = field(default_factory=list)
     """Facts to know about the site, including which values are not certain."""

@@ -10,17 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ..config.job_values import env_name_problem as _env_name_rule
+from ..config.job_values import slurm_name_problem
 from .schema import ClusterProfile
 
 __all__ = ["profile_problems", "env_name_problem", "env_value_problem", "BOOTSTRAP_AGENTS"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 # Secrets never belong in a profile: profiles are shared files and end up in job scripts and logs.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)$", re.IGNORECASE)
 _HF_TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
 _MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+$")
-_PLAIN = re.compile(r"^[A-Za-z0-9_.,:+@-]+$")
 _BIND_OPTIONS = {"ro", "rw"}
 # Image reference schemes an Apptainer definition can start from, and the Bootstrap agent of each.
 BOOTSTRAP_AGENTS = {"docker://": "docker", "oras://": "oras", "library://": "library"}
@@ -51,8 +51,10 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
 
 
 def env_name_problem(name: str) -> str | None:
-    if not _ENV_NAME.match(str(name)):
-        return f"{name!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
+    """A name the job script can export that is no secret's."""
+    problem = _env_name_rule(name)
+    if problem:
+        return problem
     if _SECRET_NAME.search(name):
         return "secrets do not belong in a cluster profile; set it in your own environment, or log in with the Hugging Face CLI on a login node"
     return None
@@ -106,8 +108,9 @@ def _check_hardware(p: ClusterProfile, bad: Report) -> None:
 def _check_scheduler(p: ClusterProfile, bad: Report) -> None:
     for key in ("partition", "qos", "account"):
         value = getattr(p, key)
-        if value is not None and not _PLAIN.match(value):
-            bad(key, f"{value!r} is not a Slurm name (letters, digits, _ . , : + @ -); leave it empty to use the site's default")
+        problem = value is not None and slurm_name_problem(value)
+        if problem:
+            bad(key, problem)
 
 
 def _check_container(p: ClusterProfile, bad: Report) -> None:
@@ -140,3 +143,7 @@ def _check_run_config(p: ClusterProfile, bad: Report) -> None:
         for text in out:
             key, _, rest = text.partition(": ")
             bad(key, rest)
+    launch = p.run_config.get("launch")
+    if isinstance(launch, dict) and "cluster" in launch:
+        # The profile is chosen by launch.cluster before its run_config is read: it cannot choose another.
+        bad("run_config.launch.cluster", "a profile cannot name the cluster; remove it (launch.cluster or --cluster chooses the profile)")

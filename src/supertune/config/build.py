@@ -11,19 +11,29 @@ import difflib
 import types
 import typing
 from functools import cache
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
+from .choices import OneOf
 from .errors import ConfigError
 from .overrides import _UNPARSABLE, OverrideValue
 
-__all__ = ["build_config", "parse_key_values", "section_fields"]
+__all__ = ["build_config", "choices_of", "parse_key_values", "section_fields"]
 
 _MISSING = object()
 
 
 @cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def choices_of(hint: Any) -> list[str] | None:
+    """The valid values of an `Annotated[str, OneOf(...)]` field now, or None for any other type."""
+    if typing.get_origin(hint) is Annotated:
+        for meta in typing.get_args(hint)[1:]:
+            if isinstance(meta, OneOf):
+                return meta.names()
+    return None
 
 
 def section_fields(cls: type) -> list[str]:
@@ -74,6 +84,14 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
         value = "yes" if value else "no"  # YAML 1.1 reads an unquoted no/yes as a boolean
     if dataclasses.is_dataclass(hint):
         return _build_dataclass(hint, value, where, problems, root)
+    choices = choices_of(hint)
+    if choices is not None:
+        if value in choices:
+            return value
+        problems.append(f"{where}: {_show(value)} is not one of {', '.join(choices)}{_close(str(value), choices)}")
+        return _MISSING
+    if origin is Annotated:
+        return _convert(args[0], value, where, problems, root)
     if origin in (Union, types.UnionType):
         non_none = [a for a in args if a is not type(None)]
         if value is None or value == "":
@@ -106,7 +124,7 @@ def _pick_override(hint: Any, value: OverrideValue) -> Any:
             return None
         if len(non_none) == 1:
             hint, args = non_none[0], typing.get_args(non_none[0])
-    if hint is str:
+    if hint is str or choices_of(hint) is not None:
         return value.raw
     if typing.get_origin(hint) is Literal and value.raw in args:
         return value.raw

@@ -13,6 +13,7 @@ import typing
 from functools import cache
 
 from . import schema
+from .build import choices_of
 from .schema import RunConfig
 
 __all__ = ["ConfigKey", "config_keys", "keys_markdown", "keys_reference"]
@@ -52,7 +53,7 @@ def _field_docs() -> dict[tuple[str, str], str]:
 def config_keys(cls: type = RunConfig, prefix: str = "") -> list[ConfigKey]:
     """Every leaf key of the schema, depth first, in declaration order."""
     docs = _field_docs()
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     instance = cls()
     out: list[ConfigKey] = []
     for f in dataclasses.fields(cls):
@@ -69,6 +70,9 @@ def config_keys(cls: type = RunConfig, prefix: str = "") -> list[ConfigKey]:
 def _type_text(hint: object) -> str:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    choices = choices_of(hint)
+    if choices is not None:
+        return " | ".join(choices)
     if origin is typing.Literal:
         return " | ".join(str(a) for a in args)
     if origin in (typing.Union, __import__("types").UnionType):

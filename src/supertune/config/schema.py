@@ -8,7 +8,10 @@ only data: it is turned into these classes by `supertune.config.build`, which ch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from ..launch.launchers import launcher_names
+from .choices import OneOf
 
 __all__ = [
     "ModelConfig",
@@ -99,6 +102,8 @@ class DataConfig:
     """Concatenate documents with EOS between them and cut into block_size blocks; false: pad or truncate each document to max_length."""
     block_size: int = 128
     """Tokens per training sequence when packing."""
+    document_mask: bool = False
+    """With packing, keep documents apart: whole documents per block (longer ones cut into block_size pieces), positions restarting per document, attention and loss never crossing a boundary. Costs the padding left in the blocks (logged) and a masked attention kernel: 0.93x plain packing's tokens/s on wikitext-2 at block 512 (bench/results/packing.md). Off by default: plain packing, where a document sees the end of the one before it, is the usual pre-training trade and keeps existing runs' data as it was."""
     max_length: int | None = None
     """Tokens per sequence in padding mode (pad or truncate); empty: the longest document, capped by the model's context."""
     add_eos: bool = True
@@ -135,7 +140,7 @@ class TrainingConfig:
         "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "warmup_stable_decay"
     ] = "cosine"
     """Learning-rate schedule after warmup."""
-    warmup_steps: float = 10
+    warmup_steps: float = 10.0
     """Warmup: a number of steps, or a fraction of all steps when below 1."""
     weight_decay: float = 0.0
     """Decoupled weight decay of AdamW."""
@@ -179,6 +184,8 @@ class TrainingConfig:
     """Metric sinks besides metrics.jsonl: "tensorboard", or [] for none."""
     ddp_timeout: int = 1800
     """Seconds a collective may wait before the process group gives up."""
+    init_optimizer_from: str | None = None
+    """A checkpoint of an earlier run whose optimizer state (AdamW moments; not its weights, schedule or step) this run starts from: a federated site keeps its optimizer across rounds this way. ddp only."""
 
 
 @dataclass
@@ -209,6 +216,8 @@ class OutputConfig:
     """Parent of run directories created as <name>-<timestamp>."""
     save_model: bool = True
     """Save the final model to <run dir>/model in Hugging Face format (safetensors)."""
+    progress_seconds: float = 30.0
+    """Seconds between progress lines (step, loss, tokens/s, ETA) when the output is not a terminal, as in a job log; a terminal shows a progress bar instead."""
 
 
 @dataclass
@@ -217,8 +226,8 @@ class LaunchConfig:
 
     nproc: int = 1
     """Processes on this machine for `supertune train`; above 1 the run goes through torchrun (gloo on CPU, nccl on GPU)."""
-    launcher: Literal["torchrun", "accelerate", "deepspeed", "srun"] = "torchrun"
-    """How a SLURM job starts its processes: torchrun (c10d rendezvous), accelerate launch, the deepspeed launcher, or srun alone (one task per process, no rendezvous server)."""
+    launcher: Annotated[str, OneOf(launcher_names)] = "torchrun"
+    """How a SLURM job starts its processes (supertune.launch.launchers): torchrun (c10d rendezvous), accelerate launch, the deepspeed launcher, or srun alone (one task per process, no rendezvous server)."""
     cluster: str = "local"
     """Cluster profile (`supertune clusters list`): GPUs per node, modules, container, environment of the site."""
     nodes: int = 1
@@ -255,6 +264,12 @@ class SlurmConfig:
     """Seconds before the time limit at which SLURM asks the run to checkpoint and stop (--signal=B:USR1@N; SLURM may send it up to a minute earlier). Allow for one step plus one checkpoint save."""
     max_restarts: int = 20
     """How often a job that stopped on a signal after its checkpoint requeues itself (scontrol requeue); 0: never."""
+    preflight: bool = False
+    """Run `supertune doctor --comm` as the job's first step, under the same launcher: every process checks its node and the interconnect is measured; the job stops before training when a check fails (report in the job log and preflight.json)."""
+    preflight_gbps: float | None = None
+    """With preflight: the least bus bandwidth in GB/s (1e9 bytes/s, as nccl-tests) of all_reduce and all_gather at the largest size; below it the job stops."""
+    preflight_max_size: str = "1G"
+    """With preflight: the largest message measured (sizes double from 1M), e.g. 256K on a CPU test cluster; 1G takes about a minute and 3 GB per process on CPU."""
 
 
 @dataclass

@@ -1,34 +1,42 @@
-"""Cross-field and filesystem checks of a typed RunConfig, all collected into one ConfigError."""
+"""Cross-field and filesystem checks of a typed RunConfig, all collected into one ConfigError.
+
+These checks need nothing but the config and the file system. Those that need a cluster profile, a
+model's own config or DeepSpeed run after them, in `supertune.resolve.checks`.
+"""
 
 from __future__ import annotations
 
 import glob
+import math
 import os
-import re
 import string
 
+from ..byte_sizes import byte_size_problem, parse_byte_size
 from ..data.formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
+from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
 from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 
-__all__ = ["validate", "validate_generate"]
+__all__ = ["validate", "validate_generate", "config_problems"]
 
 
 def validate(cfg: RunConfig) -> None:
     """Raise one ConfigError listing every problem of `cfg`; return None when it is sound."""
+    problems = config_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+
+
+def config_problems(cfg: RunConfig) -> list[str]:
+    """Every problem of `cfg` that the config alone shows, one line each; empty when sound."""
     problems: list[str] = []
     _check_sizes(cfg, problems)
     _check_model(cfg, problems)
     _check_data(cfg, problems)
     _check_training(cfg, problems)
     _check_launch(cfg, problems)
-    if not problems:
-        # Only a sound config is worth DeepSpeed's checks (and the cost of importing it).
-        from ..distributed.checks import strategy_problems
-
-        problems += strategy_problems(cfg)
-    if problems:
-        raise ConfigError(problems)
+    _check_slurm(cfg, problems)
+    return problems
 
 
 def _positive(problems: list[str], field: str, value: float | None, fix: str = "", allow_none: bool = True) -> None:
@@ -56,6 +64,7 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     _positive(p, "training.num_train_epochs", t.num_train_epochs)
     _positive(p, "training.ddp_timeout", t.ddp_timeout)
     _positive(p, "launch.nproc", cfg.launch.nproc, " (processes on this machine)")
+    _positive(p, "output.progress_seconds", cfg.output.progress_seconds, " (seconds between progress lines in a log, e.g. 30)")
     _positive(p, "model.lora.r", cfg.model.lora.r)
     _positive(p, "model.lora.alpha", cfg.model.lora.alpha)
     if t.max_steps == 0 or t.max_steps < -1:
@@ -72,7 +81,8 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     if cfg.model.tokenizer_vocab_size < 300:
         p.append(f"model.tokenizer_vocab_size: a byte-level tokenizer needs at least 300 entries, got {cfg.model.tokenizer_vocab_size}")
     name = cfg.output.name
-    if not name or "/" in name or name in (".", "..") or any(c in name for c in "\0\n"):
+    # A backslash would also switch off Slurm's %j in the job's log file names.
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0\n\r"):
         p.append(f"output.name: {name!r} cannot name a directory; use letters, digits, '-', '_' or '.'")
 
 
@@ -110,24 +120,12 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
     from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
     if not from_bundle and m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
         p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
-    if m.bundle is not None:
-        _check_bundle(cfg, p)
+    if m.bundle is not None and m.tokenizer is not None:
+        p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
     if m.lora.enabled and not m.lora.target_modules:
         p.append("model.lora.target_modules: empty; name the modules to adapt, e.g. [q_proj, v_proj] or [all-linear]")
     if m.dtype == "fp16" and cfg.training.bf16:
         p.append("model.dtype: fp16 weights with training.bf16 mixed precision do not mix; pick one precision")
-
-
-def _check_bundle(cfg: RunConfig, p: list[str]) -> None:
-    """Cheap checks of model.bundle; its files are checked with the store's manifest when used."""
-    from ..store.bundle import bundle_problem  # here: the store package imports the config schema
-
-    m = cfg.model
-    if m.tokenizer is not None:
-        p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
-    problem = bundle_problem(m.bundle or "", model_config=m.from_config and m.name_or_path is not None)
-    if problem:
-        p.append(problem)
 
 
 def _looks_local(ref: str) -> bool:
@@ -178,6 +176,8 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         _check_template(d.template, p)
     if d.store is not None:
         _check_store(d, p)
+    if d.document_mask and not d.packing:
+        p.append("data.document_mask: needs data.packing=true (padding already keeps documents apart); remove it or set data.packing=true")
     if d.streaming and d.store is None and cfg.training.max_steps < 0:
         p.append("data.streaming: a stream has no length; set training.max_steps to a positive number of steps")
     if d.streaming and d.store is None and not d.packing and d.max_length is None:
@@ -209,39 +209,20 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
     t = cfg.training
     if t.bf16 and t.fp16:
         p.append("training.bf16: set together with training.fp16; choose one mixed precision")
+    if t.init_optimizer_from is not None:
+        start = os.path.expanduser(t.init_optimizer_from)
+        if not os.path.isfile(os.path.join(start, "optimizer.pt")):
+            p.append(f"training.init_optimizer_from: {t.init_optimizer_from!r} is not a checkpoint with an optimizer.pt; give a checkpoint-N directory of a ddp run")
+        if cfg.distributed.strategy != "ddp":
+            p.append(f"training.init_optimizer_from: needs distributed.strategy=ddp ({cfg.distributed.strategy} keeps its optimizer state in its own format)")
     for sink in t.report_to:
         if sink not in ("tensorboard", "none"):
             p.append(f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)")
 
 
-_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
-
-
-def _seconds(slurm_time: str) -> int:
-    """Seconds of a Slurm time already matched by _SLURM_TIME: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
-    days, _, clock = slurm_time.rpartition("-")
-    parts = [int(x) for x in clock.split(":")]
-    if days:
-        h, m, sec = (parts + [0, 0])[:3]
-    elif len(parts) == 3:
-        h, m, sec = parts
-    else:
-        h, m, sec = 0, parts[0], (parts[1] if len(parts) == 2 else 0)
-    return (int(days or 0) * 24 + h) * 3600 + m * 60 + sec
-
-
 def _check_launch(cfg: RunConfig, p: list[str]) -> None:
-    la, dist, slurm = cfg.launch, cfg.distributed, cfg.slurm
+    la, dist = cfg.launch, cfg.distributed
     _positive(p, "launch.nodes", la.nodes)
-    if la.cluster != "local":
-        from ..clusters import profile_names
-
-        if la.cluster not in profile_names():
-            import difflib
-
-            close = difflib.get_close_matches(la.cluster, profile_names(), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            p.append(f"launch.cluster: unknown cluster {la.cluster!r}{hint}; known: {', '.join(profile_names())}")
     _positive(p, "launch.procs_per_node", la.procs_per_node)
     if la.gpus_per_node is not None and la.gpus_per_node < 0:
         p.append(f"launch.gpus_per_node: must not be negative, got {la.gpus_per_node}")
@@ -249,18 +230,6 @@ def _check_launch(cfg: RunConfig, p: list[str]) -> None:
         p.append(f"launch.master_port: must be a port between 1024 and 65535, got {la.master_port}")
     if la.max_restarts < 0:
         p.append(f"launch.max_restarts: must not be negative, got {la.max_restarts}")
-    if slurm.max_restarts < 0:
-        p.append(f"slurm.max_restarts: must not be negative, got {slurm.max_restarts} (0: never requeue)")
-    if not _SLURM_TIME.match(slurm.time):
-        p.append(f"slurm.time: {slurm.time!r} is not a Slurm time; write HH:MM:SS or D-HH:MM:SS, e.g. 02:00:00")
-    elif not 10 <= slurm.signal_lead < _seconds(slurm.time):
-        p.append(
-            f"slurm.signal_lead: {slurm.signal_lead} s must be at least 10 and less than slurm.time ({slurm.time}); "
-            "allow one training step plus one checkpoint save, e.g. 300"
-        )
-    for arg in slurm.extra_args:
-        if not arg.startswith("--"):
-            p.append(f"slurm.extra_args: {arg!r} is not an sbatch option; write it as --name=value")
     if dist.offload != "none" and not dist.strategy.startswith("zero"):
         p.append(f"distributed.offload: {dist.offload} offload is a DeepSpeed ZeRO feature; set distributed.strategy to zero2 or zero3")
     if dist.offload == "nvme" and not dist.nvme_path:
@@ -269,3 +238,39 @@ def _check_launch(cfg: RunConfig, p: list[str]) -> None:
         p.append("distributed.offload: nvme offload needs distributed.strategy zero3")
     if dist.strategy != "fsdp" and dist.fsdp != FsdpConfig():
         p.append(f"distributed.fsdp: set while distributed.strategy is {dist.strategy}; set distributed.strategy=fsdp or remove it")
+
+
+def _check_slurm(cfg: RunConfig, p: list[str]) -> None:
+    """Every slurm.* value, with the rules the job script renderer relies on (config.job_values)."""
+    slurm = cfg.slurm
+    if slurm.max_restarts < 0:
+        p.append(f"slurm.max_restarts: must not be negative, got {slurm.max_restarts} (0: never requeue)")
+    problem = time_problem(slurm.time)
+    if problem:
+        p.append(f"slurm.time: {problem}")
+    elif not 10 <= slurm.signal_lead < time_seconds(slurm.time):
+        p.append(
+            f"slurm.signal_lead: {slurm.signal_lead} s must be at least 10 and less than slurm.time ({slurm.time}); "
+            "allow one training step plus one checkpoint save, e.g. 300"
+        )
+    for key in ("partition", "account", "qos"):
+        value = getattr(slurm, key)
+        problem = value and slurm_name_problem(value)
+        if problem:
+            p.append(f"slurm.{key}: {problem}")
+    problem = slurm.mem and memory_problem(slurm.mem)
+    if problem:
+        p.append(f"slurm.mem: {problem}")
+    for arg in slurm.extra_args:
+        problem = sbatch_option_problem(arg)
+        if problem:
+            p.append(f"slurm.extra_args: {problem}")
+    if slurm.preflight_gbps is not None and not (slurm.preflight_gbps > 0 and math.isfinite(slurm.preflight_gbps)):
+        p.append(f"slurm.preflight_gbps: must be a positive number of GB/s, got {slurm.preflight_gbps}")
+    if slurm.preflight_gbps is not None and not slurm.preflight:
+        p.append("slurm.preflight_gbps: set without slurm.preflight; add slurm.preflight=true (or submit --preflight)")
+    problem = byte_size_problem(slurm.preflight_max_size)
+    if problem:
+        p.append(f"slurm.preflight_max_size: {problem}")
+    elif parse_byte_size(slurm.preflight_max_size) < 2**20:
+        p.append(f"slurm.preflight_max_size: {slurm.preflight_max_size!r} is below the smallest message (1M); e.g. 1M or 256M")

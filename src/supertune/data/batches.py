@@ -2,7 +2,8 @@
 
 Packing concatenates documents (EOS between them) into one int32 array and serves fixed blocks as
 views of it: no per-block Python lists and no arrow cache writes, which is what makes the first
-step come quickly. Padding keeps one array per document and pads in the collator.
+step come quickly. Padding keeps one array per document and pads in the collator. Packing with
+data.document_mask places whole documents into blocks instead (supertune.data.document_bins).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import torch
 
 from ..config.schema import DataConfig
 from ..errors import UserError
+from .document_bins import IGNORE_INDEX, DocumentPlan, stream_rows
 from .documents import encode_texts, iter_row_batches, render_texts
 from .encode_threads import encode_in_threads
 
 __all__ = [
+    "DocumentMaskedStream",
     "ListDataset",
     "PackedBlocks",
     "PaddedDocuments",
@@ -28,8 +31,6 @@ __all__ = [
     "TokenizedSplit",
     "tokenize_split",
 ]
-
-IGNORE_INDEX = -100  # label value the loss skips
 
 
 @dataclass
@@ -44,6 +45,10 @@ class TokenizedSplit:
 
     def concatenated(self) -> np.ndarray:
         return np.concatenate(self.docs) if self.docs else np.zeros(0, dtype=np.int32)
+
+    def offsets(self) -> np.ndarray:
+        """Document i is concatenated()[offsets[i]:offsets[i + 1]] (int64, documents + 1 entries), as in a token store."""
+        return np.concatenate([[0], np.cumsum([len(x) for x in self.docs], dtype=np.int64)]).astype(np.int64)
 
 
 def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any) -> TokenizedSplit:
@@ -161,6 +166,30 @@ class PackedStream(_Stream):
         if not produced:
             # Trainer would otherwise restart the empty stream forever.
             raise UserError(f"data: the stream holds less than one block of {size} tokens; lower data.block_size or add data")
+
+
+class DocumentMaskedStream(_Stream):
+    """Blocks of whole documents from a stream (data.document_mask), packed a window of documents at a time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Tokens and block slots of the windows this process has packed so far: the padding is what they leave.
+        self.tokens_planned = 0
+        self.slots_planned = 0
+
+    def _count(self, plan: DocumentPlan) -> None:
+        self.tokens_planned += plan.tokens
+        self.slots_planned += plan.blocks * plan.block_size
+
+    def __iter__(self):
+        size = self.d.block_size
+        produced = 0
+        # The blocks of each window come in an order drawn from the seed and the epoch: the same on every read.
+        for row in stream_rows(self._documents(), size, self.tokenizer.pad_token_id, [self.seed, self.epoch], self._count):
+            produced += 1
+            yield row
+        if not produced:
+            raise UserError("data: the stream holds no documents; check data.train_files and data.text_field")
 
 
 class PaddedStream(_Stream):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ..config.schema import DataConfig
 from ..errors import UserError
 from .batches import (
+    DocumentMaskedStream,
     ListDataset,
     PackedBlocks,
     PackedStream,
@@ -17,9 +19,12 @@ from .batches import (
     TokenizedSplit,
     tokenize_split,
 )
+from .document_bins import DocumentBins
 from .sources import RawSplits, load_raw_splits, load_validation_rows
 
 __all__ = ["TrainingData", "build_training_data", "build_eval_dataset"]
+
+log = logging.getLogger("supertune")
 
 
 @dataclass
@@ -34,6 +39,9 @@ class TrainingData:
     """Tokens in the training split (None when streaming)."""
     unigram_perplexity: float | None
     """Perplexity of a unigram model of the training tokens on the validation tokens (None when streaming)."""
+    padding_share: float | None = None
+    """Pad slots / all slots of the training blocks with data.document_mask (of the validation blocks when
+    streaming, whose training blocks are known only as they are read); None otherwise."""
 
 
 def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length: int) -> TrainingData:
@@ -50,6 +58,17 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
     if not validation.docs:
         raise UserError("data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage")
     baseline = _unigram(train, validation, len(tokenizer))
+    if d.packing and d.document_mask:
+        bins = _document_bins(train.concatenated(), train.offsets(), d, tokenizer, "training")
+        return TrainingData(
+            train=bins,
+            validation=_document_bins(validation.concatenated(), validation.offsets(), d, tokenizer, "validation"),
+            collator=None,
+            max_length=None,
+            train_tokens_available=train.num_tokens,
+            unigram_perplexity=baseline,
+            padding_share=bins.plan.padding_share,
+        )
     if d.packing:
         return TrainingData(
             train=_blocks(train.concatenated(), d, "training"),
@@ -76,6 +95,8 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
         from ..store.reader import open_store_for_run
 
         store = open_store_for_run(d, tokenizer)
+        if d.packing and d.document_mask:
+            return _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "evaluation"), None
         if d.packing:
             return _blocks(store.validation.tokens, d, "evaluation"), None
         max_length = d.max_length or min(store.validation.longest(), context_length)
@@ -83,6 +104,8 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
     split = tokenize_split(load_validation_rows(d), d, tokenizer)
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
+    if d.packing and d.document_mask:
+        return _document_bins(split.concatenated(), split.offsets(), d, tokenizer, "evaluation"), None
     if d.packing:
         return _blocks(split.concatenated(), d, "evaluation"), None
     max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
@@ -99,6 +122,17 @@ def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
     return blocks
 
 
+def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, name: str) -> DocumentBins:
+    """Blocks of whole documents (data.document_mask), with the padding they leave in the run's log."""
+    bins = DocumentBins(tokens, offsets, d.block_size, tokenizer.pad_token_id)
+    plan = bins.plan
+    log.info(
+        "document mask: %s split, %d documents (%d longer than %d tokens, split into pieces) in %d blocks; padding %.1f %%",
+        name, plan.documents, plan.split_documents, plan.block_size, plan.blocks, 100 * plan.padding_share,
+    )
+    return bins
+
+
 def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
     """Packed blocks, or padded documents, over the memory-mapped shards of a token store (checked before use).
 
@@ -109,7 +143,12 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
     from ..store.reader import open_store_for_run
 
     store = open_store_for_run(d, tokenizer)
-    if d.packing:
+    padding = None
+    if d.packing and d.document_mask:
+        train = _document_bins(store.train.tokens, store.train.offsets, d, tokenizer, "training")
+        validation = _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "validation")
+        collator, max_length, padding = None, None, train.plan.padding_share
+    elif d.packing:
         train, validation = _blocks(store.train.tokens, d, "training"), _blocks(store.validation.tokens, d, "validation")
         collator, max_length = None, None
     else:
@@ -123,6 +162,7 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
         max_length=max_length,
         train_tokens_available=len(store.train.tokens),
         unigram_perplexity=store.manifest.unigram_perplexity,
+        padding_share=padding,
     )
 
 
@@ -133,10 +173,17 @@ def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int)
 
 
 def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> TrainingData:
-    stream = PackedStream if d.packing else PaddedStream
+    stream = (DocumentMaskedStream if d.document_mask else PackedStream) if d.packing else PaddedStream
     train = stream(raw.train, d, tokenizer, seed, shuffle=True)
     # Validation is finite (its files, or the documents held out of the stream) and is read once
     # into memory, so that evaluation can index it and split it exactly across processes.
-    validation = ListDataset(list(stream(raw.validation, d, tokenizer, seed, shuffle=False)))
+    held_out = stream(raw.validation, d, tokenizer, seed, shuffle=False)
+    validation = ListDataset(list(held_out))
     collator = None if d.packing else PadCollator(tokenizer.pad_token_id, d.max_length)
-    return TrainingData(train, validation, collator, d.max_length, None, None)
+    padding = None
+    if isinstance(held_out, DocumentMaskedStream) and held_out.slots_planned:
+        # The stream's own blocks are known only as they are read; the validation documents come
+        # from the same source (or are held out of the same stream) and give the estimate.
+        padding = 1.0 - held_out.tokens_planned / held_out.slots_planned
+        log.info("document mask: streaming; padding %.1f %% in the %d validation blocks", 100 * padding, len(validation))
+    return TrainingData(train, validation, collator, d.max_length, None, None, padding)

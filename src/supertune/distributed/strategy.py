@@ -1,7 +1,7 @@
 """distributed.strategy in a training process: set the process up, and tell TrainingArguments.
 
 ddp is the Trainer's default data parallelism (nothing to add); zero1/2/3 pass DeepSpeed's JSON,
-also written to <run dir>/deepspeed_config.json for the record; fsdp passes FSDP2 settings.
+also written to RunDir.deepspeed_config for the record; fsdp passes FSDP2 settings.
 """
 
 from __future__ import annotations
@@ -17,16 +17,12 @@ from .fsdp import fsdp_arguments, refuse_fsdp_without_gpu
 from .process_group import join_restarted_group
 
 __all__ = [
-    "DEEPSPEED_CONFIG_FILE",
     "uses_deepspeed",
     "shards_parameters",
     "prepare_process",
     "strategy_arguments",
     "after_training_arguments",
 ]
-
-DEEPSPEED_CONFIG_FILE = "deepspeed_config.json"
-
 
 def uses_deepspeed(cfg: RunConfig) -> bool:
     return cfg.distributed.strategy in ZERO_STAGES
@@ -53,7 +49,7 @@ def strategy_arguments(cfg: RunConfig, run: RunDir, model: Any, env: LaunchEnvir
     if uses_deepspeed(cfg):
         config = deepspeed_config(cfg)
         if env.is_main:
-            write_json_atomic(run.path / DEEPSPEED_CONFIG_FILE, config)
+            write_json_atomic(run.deepspeed_config, config)
         # The dict, not the file: no rank may read the file before the main rank has written it.
         return {"deepspeed": config}
     if cfg.distributed.strategy == "fsdp":

@@ -11,7 +11,9 @@ Sources, first match wins:
    plain srun scale to hundreds of nodes;
 3. MPI (Open MPI's OMPI_COMM_WORLD_*, or PMI_RANK / PMI_SIZE);
 4. otherwise a single process.
-Everything else in supertune asks this module instead of reading those variables.
+Everything else in supertune asks this module instead of reading those variables; the SLURM
+allocation itself (nodes, tasks, CPUs and GPUs granted, whoever started the process) is
+`slurm_allocation`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["LaunchEnvironment", "launch_environment", "port_for_job", "expand_nodelist", "export_for_torch"]
+__all__ = [
+    "LaunchEnvironment",
+    "launch_environment",
+    "port_for_job",
+    "expand_nodelist",
+    "export_for_torch",
+    "SlurmAllocation",
+    "slurm_allocation",
+]
 
 # Ports derived from job ids fall in [10000, 30000): below Linux's ephemeral range (32768+), and
 # two jobs sharing a node collide only when their ids differ by a multiple of 20000.
@@ -58,6 +68,11 @@ class LaunchEnvironment:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def lacks_torch_variables(self) -> bool:
+        """Started by srun or mpirun, which set only their own variables (see export_for_torch)."""
+        return self.launcher in ("slurm", "mpi")
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -218,3 +233,80 @@ def _from_mpi(env: Mapping[str, str]) -> LaunchEnvironment | None:
         job_id=env.get("SLURM_JOB_ID"),
         device_index=_device_index(env, local_rank),
     )
+
+
+@dataclass(frozen=True)
+class SlurmAllocation:
+    """What SLURM granted the job this process runs in, as its SLURM_* variables say (no rank logic)."""
+
+    job_id: str
+    job_name: str | None = None
+    partition: str | None = None
+    nodelist: str | None = None
+    num_nodes: int | None = None
+    ntasks: int | None = None
+    tasks_per_node: str | None = None
+    """As SLURM writes it, e.g. "4(x2)"."""
+    cpus_per_task: int | None = None
+    cpus_on_node: int | None = None
+    gpus_on_node: int | None = None
+    """GPUs granted on this node (SLURM_GPUS_ON_NODE, else counted from the GPU id lists or the
+    per-node request); None when the job asked for none or SLURM does not say."""
+    gpu_variables: tuple[tuple[str, str], ...] = ()
+    """Every GPU-related SLURM variable that is set, (name, value), for reports."""
+    step_id: str | None = None
+    restart_count: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+_GPU_VARIABLES = (
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_STEP_GPUS",
+    "SLURM_JOB_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_GPUS",
+    "SLURM_TRES_PER_TASK",
+)
+
+
+def slurm_allocation(environ: Mapping[str, str] | None = None) -> SlurmAllocation | None:
+    """The allocation of the SLURM job this process belongs to; None outside a job."""
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if not job_id:
+        return None
+    return SlurmAllocation(
+        job_id=job_id,
+        job_name=env.get("SLURM_JOB_NAME"),
+        partition=env.get("SLURM_JOB_PARTITION"),
+        nodelist=env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+        num_nodes=_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+        ntasks=_int(env, "SLURM_NTASKS", "SLURM_NPROCS"),
+        tasks_per_node=env.get("SLURM_TASKS_PER_NODE"),
+        cpus_per_task=_int(env, "SLURM_CPUS_PER_TASK"),
+        cpus_on_node=_int(env, "SLURM_CPUS_ON_NODE"),
+        gpus_on_node=_gpus_on_node(env),
+        gpu_variables=tuple((name, env[name]) for name in _GPU_VARIABLES if env.get(name)),
+        step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
+        restart_count=_int(env, "SLURM_RESTART_COUNT", default=0) or 0,
+    )
+
+
+def _gpus_on_node(env: Mapping[str, str]) -> int | None:
+    # SLURM_GPUS_ON_NODE is the count itself (Slurm 20.11+). The id lists ("0,1,2,3") name the
+    # GPUs of the step or job on this node; --gpus-per-node may carry a type ("a100:4").
+    count = _int(env, "SLURM_GPUS_ON_NODE")
+    if count is not None:
+        return count
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        ids = env.get(name, "").strip()
+        if ids:
+            return len([i for i in ids.split(",") if i.strip()])
+    per_node = env.get("SLURM_GPUS_PER_NODE", "").strip()
+    if per_node:
+        last = per_node.split(",")[0].rsplit(":", 1)[-1]
+        return int(last) if last.isdigit() else None
+    return None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from .launchers import WORKER_MODULE
 
 __all__ = ["torchrun_argv"]
 
 
-def torchrun_argv(nproc: int, run_dir: Path, max_restarts: int = 0) -> list[str]:
-    """torchrun on this host: a free port picked by --standalone, one worker per process, reading
-    the run dir's config; after a failure it restarts them max_restarts times (they resume)."""
+def torchrun_argv(nproc: int, args: list[str], module: str = WORKER_MODULE, max_restarts: int = 0) -> list[str]:
+    """torchrun on this host: a free port picked by --standalone, `nproc` processes each running
+    `python -m module args` (training's worker on a run directory, by default); after a failure it
+    restarts them max_restarts times (training's workers resume)."""
     return [
         sys.executable,
         "-m",
@@ -19,6 +21,6 @@ def torchrun_argv(nproc: int, run_dir: Path, max_restarts: int = 0) -> list[str]
         f"--nproc-per-node={nproc}",
         *([f"--max-restarts={max_restarts}"] if max_restarts else []),
         "-m",
-        "supertune.train.worker",
-        str(run_dir),
+        module,
+        *args,
     ]

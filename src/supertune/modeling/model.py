@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.schema import ModelConfig
+from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError
 from .hub import resolve_reference
 from .lora import add_lora
+from .packed_attention import keep_packed_rows_apart, packed_rows_problem
 
-__all__ = ["build_model", "torch_dtype", "context_length"]
+__all__ = ["build_model", "torch_dtype", "context_length", "config_override_problems", "document_mask_problems"]
 
 
 def torch_dtype(name: str) -> Any:
@@ -44,6 +45,7 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
         except (OSError, ValueError) as exc:
             raise UserError(f"model.name_or_path: cannot load {ref!r}: {str(exc).splitlines()[0]}") from None
     _fit_vocabulary(model, tokenizer)
+    keep_packed_rows_apart(model)  # document-masked rows (data.document_mask): refuse, or keep them apart
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False  # the cache is useless in training and conflicts with recomputation
@@ -87,15 +89,70 @@ def _default_config(tokenizer: Any, overrides: dict[str, Any]) -> Any:
     return config
 
 
-def _apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
+def config_override_problems(m: ModelConfig) -> list[str]:
+    """What is wrong with model.config_overrides for the model config they would change (empty: nothing).
+
+    Run with config validation, before a run directory exists. It reads the model's config.json (a
+    local directory, the local hub cache or the store's bundle) but builds no model; importing
+    transformers' config classes costs about 2 s (they import torch), paid only when overrides are set.
+    """
+    if not m.config_overrides or (m.name_or_path is not None and not m.from_config):
+        return []  # validation refuses overrides on pretrained weights by itself
+    if m.name_or_path is None:
+        from transformers import LlamaConfig
+
+        config = LlamaConfig()
+    else:
+        from transformers import AutoConfig
+
+        ref, hub = _model_source(m)
+        try:
+            config = AutoConfig.from_pretrained(ref, **hub)
+        except (OSError, ValueError) as exc:
+            return [f"model.name_or_path: cannot read the config of {ref!r}: {str(exc).splitlines()[0]}"]
+    problem = _override_problem(config, m.config_overrides)
+    return [problem] if problem else []
+
+
+def document_mask_problems(m: ModelConfig, d: DataConfig) -> list[str]:
+    """data.document_mask against the model's type (from its config.json) and model.attn_implementation,
+    before anything is loaded: one line per problem, empty when the model keeps packed documents apart.
+
+    The same check runs again on the built model at its first document-masked forward
+    (supertune.modeling.packed_attention), with the attention transformers actually chose. A
+    config that cannot be read is left to the model loading, which says why.
+    """
+    if not (d.document_mask and d.packing):
+        return []
+    model_type = "llama"  # the embedded default
+    if m.name_or_path is not None:
+        from transformers import AutoConfig
+
+        try:
+            ref, hub = _model_source(m)
+            model_type = AutoConfig.from_pretrained(ref, **hub).model_type
+        except (OSError, ValueError, UserError):
+            return []
+    problem = packed_rows_problem(model_type, m.attn_implementation)
+    return [problem] if problem else []
+
+
+def _override_problem(config: Any, overrides: dict[str, Any]) -> str | None:
     known = set(config.to_dict())
     unknown = [k for k in overrides if k not in known]
-    if unknown:
-        import difflib
+    if not unknown:
+        return None
+    import difflib
 
-        hints = [difflib.get_close_matches(k, known, n=1) for k in unknown]
-        said = ", ".join(f"{k!r}" + (f" (did you mean {h[0]}?)" if h else "") for k, h in zip(unknown, hints))
-        raise UserError(f"model.config_overrides: {said} not a field of {type(config).__name__}")
+    hints = [difflib.get_close_matches(k, known, n=1) for k in unknown]
+    said = ", ".join(f"{k!r}" + (f" (did you mean {h[0]}?)" if h else "") for k, h in zip(unknown, hints))
+    return f"model.config_overrides: {said} not a field of {type(config).__name__}"
+
+
+def _apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
+    problem = _override_problem(config, overrides)
+    if problem:
+        raise UserError(problem)
     for key, value in overrides.items():
         setattr(config, key, value)
 

@@ -1,13 +1,19 @@
-"""What a SLURM job needs, resolved once from the run config and the cluster profile."""
+"""What a SLURM job needs, resolved once from the run config and the cluster profile.
+
+Both are validated before this point (config validation checks the slurm.* values, profile
+validation the profile's), so nothing here can fail on a user's value.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
-from ..errors import UserError
+from ..doctor.options import WORKER_MODULE as DOCTOR_MODULE
+from ..doctor.options import preflight_arguments
+from ..launch.launchers import WORKER_MODULE, StepPlan, get_launcher
+from ..rundir import RunDir
 
 __all__ = ["JobSpec", "job_spec"]
 
@@ -41,6 +47,12 @@ class JobSpec:
     """Requeues after a stop on USR1 (SLURM_RESTART_COUNT counts them)."""
     launcher_restarts: int = 0
     """torchrun / accelerate: restarts of a node's processes after a failure (launch.max_restarts)."""
+    preflight: tuple[str, ...] | None = None
+    """Arguments of the doctor's pre-flight step (slurm.preflight), None: no pre-flight."""
+    module: str = WORKER_MODULE
+    """What every process runs: the training worker, or another job's module (a federated site's evaluation)."""
+    module_args: tuple[str, ...] | None = None
+    """The module's arguments; None: the run directory."""
 
     @property
     def world_size(self) -> int:
@@ -48,12 +60,27 @@ class JobSpec:
 
     @property
     def tasks_per_node(self) -> int:
-        """srun tasks per node: every process for the srun launcher, one node agent for the others."""
-        return self.procs_per_node if self.launcher == "srun" else 1
+        """srun tasks per node: every process when srun starts them all, else one launcher agent per node."""
+        return self.procs_per_node if get_launcher(self.launcher).one_task_per_process else 1
 
     @property
     def cpus_per_task(self) -> int:
         return self.cpus_per_proc * (self.procs_per_node // self.tasks_per_node)
+
+    def step_plan(self, container: list[object]) -> StepPlan:
+        """What the launcher's command is built from, with the container prefix (if any) before python."""
+        return StepPlan(
+            self.run_dir, self.nodes, self.procs_per_node, self.launcher_restarts, (*container, self.python),
+            module=self.module, args=self.module_args,
+        )  # fmt: skip
+
+    def preflight_plan(self, container: list[object]) -> StepPlan:
+        """The pre-flight step: the same launcher and processes, running the doctor instead of training.
+        It meets under its own rendezvous id and is never restarted (a failure is its answer)."""
+        return StepPlan(
+            self.run_dir, self.nodes, self.procs_per_node, 0, (*container, self.python),
+            module=DOCTOR_MODULE, args=self.preflight, rendezvous_suffix="-preflight",
+        )  # fmt: skip
 
 
 def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str) -> JobSpec:
@@ -75,10 +102,10 @@ def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str)
         gpus_per_node=gpus,
         cpus_per_proc=cpus,
         time=slurm.time,
-        partition=_scheduler_name("partition", slurm.partition, profile.partition),
-        account=_scheduler_name("account", slurm.account, profile.account),
-        qos=_scheduler_name("qos", slurm.qos, profile.qos),
-        mem=_memory(slurm.mem),
+        partition=slurm.partition or profile.partition or None,
+        account=slurm.account or profile.account or None,
+        qos=slurm.qos or profile.qos or None,
+        mem=slurm.mem or None,
         exclusive=slurm.exclusive,
         extra_args=tuple(slurm.extra_args),
         python="python3" if in_container else python,
@@ -86,23 +113,7 @@ def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str)
         signal_lead=slurm.signal_lead,
         max_restarts=slurm.max_restarts,
         launcher_restarts=la.max_restarts,
+        preflight=tuple(preflight_arguments(slurm.preflight_gbps, str(RunDir(run_dir).preflight_report), slurm.preflight_max_size))
+        if slurm.preflight
+        else None,
     )
-
-
-# What Slurm accepts as partition, account and QOS names (a partition may also be a list: a,b).
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,:+@-]+$")
-_MEMORY = re.compile(r"^[0-9]+[KMGT]?$")
-
-
-def _scheduler_name(key: str, own: str | None, profile_value: str | None) -> str | None:
-    # Checked here rather than left to sbatch: a bad value then fails at once, naming the key to fix.
-    value, field = (own, f"slurm.{key}") if own else (profile_value, f"cluster profile {key}")
-    if value and not _SLURM_NAME.match(value):
-        raise UserError(f"{field}: {value!r} is not a Slurm name (letters, digits, _ . , : + @ -)")
-    return value or None
-
-
-def _memory(mem: str | None) -> str | None:
-    if mem and not _MEMORY.match(mem):
-        raise UserError(f"slurm.mem: {mem!r} is not a Slurm memory size; write e.g. 480G or 64000M")
-    return mem or None

@@ -11,16 +11,13 @@ from pathlib import Path
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
 from ..errors import UserError
-from ..rundir import RunDir
+from ..launch.launchers import ACCELERATE_CONFIG, accelerate_config, get_launcher
+from ..rundir import RunDir, holds_run
 from .commands import submit_script
 from .job import JobSpec, job_spec
-from .launchers import ACCELERATE_CONFIG, accelerate_config
-from .script import LOG_DIR, render_sbatch
+from .script import container_words, render_sbatch
 
-__all__ = ["JobRecord", "render_job", "prepare_job", "submit_job", "job_records", "find_run", "log_files", "SCRIPT_FILE"]
-
-SCRIPT_FILE = "job.sbatch"
-JOBS_FILE = "jobs.jsonl"
+__all__ = ["JobRecord", "render_job", "prepare_job", "submit_job", "job_records", "find_run", "log_files"]
 
 
 @dataclass(frozen=True)
@@ -32,35 +29,35 @@ class JobRecord:
     submitted_at: float
 
 
-def render_job(cfg: RunConfig, profile: ClusterProfile, run_dir: str) -> tuple[JobSpec, str]:
-    """The job and its script for a run in `run_dir`, writing nothing: a value the script cannot
-    hold fails here (UserError naming it) before any directory exists."""
+def render_job(cfg: RunConfig, profile: ClusterProfile, run_dir: str, run_dir_field: str = "--run-dir") -> tuple[JobSpec, str]:
+    """The job and its script for a run in `run_dir`, writing nothing: a run directory the script
+    cannot hold fails here (UserError naming `run_dir_field`) before any directory exists."""
     job = job_spec(cfg, profile, run_dir, sys.executable)
-    return job, render_sbatch(job, profile)
+    return job, render_sbatch(job, profile, run_dir_field)
 
 
 def prepare_job(cfg: RunConfig, profile: ClusterProfile, run: RunDir) -> tuple[JobSpec, str]:
     """Render the job script into the run dir (and the launcher's own files); returns (spec, script)."""
     job, script = render_job(cfg, profile, str(run.path))
-    (run.path / LOG_DIR).mkdir(exist_ok=True)
-    (run.path / SCRIPT_FILE).write_text(script, encoding="utf-8")
-    if job.launcher == "accelerate":
+    run.logs.mkdir(exist_ok=True)
+    run.job_script.write_text(script, encoding="utf-8")
+    if ACCELERATE_CONFIG in get_launcher(job.launcher).needs:
         precision = "bf16" if cfg.training.bf16 else "fp16" if cfg.training.fp16 else "no"
-        (run.path / ACCELERATE_CONFIG).write_text(accelerate_config(job, precision), encoding="utf-8")
+        run.accelerate_config.write_text(accelerate_config(job.step_plan(container_words(profile)), precision), encoding="utf-8")
     return job, script
 
 
 def submit_job(run: RunDir, cluster: str) -> str:
     """sbatch the run's script and record the job id in the run dir."""
-    job_id = submit_script(str(run.path / SCRIPT_FILE), str(run.path))
+    job_id = submit_script(str(run.job_script), str(run.path))
     record = {"job_id": job_id, "cluster": cluster, "submitted_at": time.time()}
-    with (run.path / JOBS_FILE).open("a", encoding="utf-8") as f:
+    with run.jobs.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
     return job_id
 
 
 def job_records(run: RunDir) -> list[JobRecord]:
-    path = run.path / JOBS_FILE
+    path = run.jobs
     if not path.exists():
         return []
     return [JobRecord(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
@@ -69,10 +66,10 @@ def job_records(run: RunDir) -> list[JobRecord]:
 def find_run(ref: str, runs_root: str = "runs") -> RunDir:
     """A run directory from a path, or from a run name (or unique prefix) under runs_root."""
     path = Path(ref).expanduser()
-    if (path / "config.yaml").is_file():
+    if holds_run(path):
         return RunDir(path.absolute())
     root = Path(runs_root)
-    candidates = sorted(p for p in root.glob(f"{ref}*") if (p / "config.yaml").is_file()) if root.is_dir() else []
+    candidates = sorted(p for p in root.glob(f"{ref}*") if holds_run(p)) if root.is_dir() else []
     exact = [p for p in candidates if p.name == ref]
     if exact or len(candidates) == 1:
         return RunDir((exact or candidates)[0].absolute())
@@ -84,5 +81,5 @@ def find_run(ref: str, runs_root: str = "runs") -> RunDir:
 
 def log_files(run: RunDir, job_id: str) -> list[Path]:
     """The job's stdout and stderr files (named %x-%j.out/.err by the script header)."""
-    logs = run.path / LOG_DIR
+    logs = run.logs
     return sorted(logs.glob(f"*-{job_id}.out")) + sorted(logs.glob(f"*-{job_id}.err"))

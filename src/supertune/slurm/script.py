@@ -7,36 +7,35 @@ step. Values that came from a user or a profile are quoted (`shell.quote`), or p
 
 from __future__ import annotations
 
-import re
-
 from ..clusters.schema import ClusterProfile
+from ..config.job_values import env_name_problem
 from ..launch.environment import PORT_BASE, PORT_SPAN
-from ..rundir import STOP_REQUEST_FILE, STOPPED_FILE, SUMMARY_FILE
+from ..launch.launchers import HOSTFILE, get_launcher
+from ..rundir import STOP_REQUEST_FILE, STOPPED_FILE, SUMMARY_FILE, RunDir
 from ..train.signals import REQUEUE_EXIT_CODE
 from .job import JobSpec
-from .launchers import HOSTFILE, step_command
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 
-__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "comment", "site_options", "directives", "LOG_DIR"]
-
-LOG_DIR = "logs"
+__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "comment", "site_options", "directives", "step_words"]
 
 
-def render_sbatch(job: JobSpec, profile: ClusterProfile) -> str:
-    """The complete sbatch script of `job` on the cluster `profile`."""
+def render_sbatch(job: JobSpec, profile: ClusterProfile, run_dir_field: str = "--run-dir") -> str:
+    """The complete sbatch script of `job` on the cluster `profile`; `run_dir_field` names what chose
+    the run directory in the error when its path cannot be a log file name."""
     sections = [
-        _header(job),
+        _header(job, run_dir_field),
         "set -euo pipefail",
         modules_section(profile),
         _environment(job, profile),
         _rendezvous(job),
+        _preflight(job, profile),
         _step(job, profile),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def _header(job: JobSpec) -> str:
-    logs = slurm_filename("--run-dir", job.run_dir) + "/" + LOG_DIR
+def _header(job: JobSpec, run_dir_field: str) -> str:
+    logs = slurm_filename(run_dir_field, str(RunDir(job.run_dir).logs))
     options: list[tuple[str, object | None]] = [
         ("job-name", sbatch_value("output.name", job.name)),
         ("nodes", job.nodes),
@@ -44,8 +43,8 @@ def _header(job: JobSpec) -> str:
         ("cpus-per-task", job.cpus_per_task),
         ("gpus-per-node", job.gpus_per_node or None),
         *site_options(job.time, job.partition, job.account, job.qos, job.mem),
-        ("output", sbatch_value("--run-dir", f"{logs}/%x-%j.out")),
-        ("error", sbatch_value("--run-dir", f"{logs}/%x-%j.err")),
+        ("output", sbatch_value(run_dir_field, f"{logs}/%x-%j.out")),
+        ("error", sbatch_value(run_dir_field, f"{logs}/%x-%j.err")),
         ("open-mode", "append"),
         # USR1 to the batch shell (B:) signal_lead seconds before the time limit: checkpoint, requeue.
         ("signal", f"B:USR1@{job.signal_lead}"),
@@ -117,15 +116,14 @@ def _environment(job: JobSpec, profile: ClusterProfile) -> str:
     return "\n".join(lines)
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def env_name(name: str) -> str:
-    """`name` when it can name an environment variable, else a UserError naming it."""
+    """`name` when it can name an environment variable, else a UserError naming it (profiles are
+    checked when loaded; this keeps a hand-built profile from reaching the script unchecked)."""
     from ..errors import UserError
 
-    if not _ENV_NAME.match(name):
-        raise UserError(f"env.{comment(name)}: not an environment variable name (letters, digits and _, not starting with a digit)")
+    problem = env_name_problem(name)
+    if problem:
+        raise UserError(f"env.{comment(name)}: {problem}")
     return name
 
 
@@ -141,10 +139,10 @@ def _rendezvous(job: JobSpec) -> str:
         f"MASTER_PORT={port}",
         "export MASTER_ADDR MASTER_PORT",
     ]
-    if job.launcher == "deepspeed":
+    if HOSTFILE in get_launcher(job.launcher).needs:
         lines += [
-            "# The deepspeed launcher's hostfile: every node of the allocation with its process slots",
-            f'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/\\$/ slots={job.procs_per_node}/" > {quote(job.run_dir + "/" + HOSTFILE)}',
+            f"# The {job.launcher} launcher's hostfile: every node of the allocation with its process slots",
+            f'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/\\$/ slots={job.procs_per_node}/" > {quote(RunDir(job.run_dir).hostfile)}',
         ]
     lines.append(
         'echo "supertune: job ${SLURM_JOB_ID} on ${SLURM_JOB_NUM_NODES} node(s), '
@@ -170,19 +168,50 @@ def container_words(profile: ClusterProfile) -> list[object]:
     return [*words, *(Expand(a) for a in c.extra_args), Expand(c.image)]
 
 
-def _step(job: JobSpec, profile: ClusterProfile) -> str:
-    words, per_node = step_command(job, container_words(profile))
+def step_words(job: JobSpec, profile: ClusterProfile) -> list[object]:
+    """What srun runs on each task: the launcher's command, in the profile's container if any."""
+    return get_launcher(job.launcher).step(job.step_plan(container_words(profile)))
+
+
+def _srun_line(job: JobSpec, words: list[object]) -> str:
+    """srun of `words` on every task of the job (under `bash -c` on each node when the launcher needs per-node values)."""
     # --cpus-per-task again: srun of Slurm 22.05 to 23.02 does not take it over from the job, and
     # would confine each launcher agent and all of its processes to one core.
     srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}", f"--cpus-per-task={job.cpus_per_task}"]
-    lines = [_fill(_STOP_HANDLING, job), "# Training: " + job.launcher + " (in the background, so that the traps above run at once)"]
-    if per_node:
+    if get_launcher(job.launcher).per_node_values:
         # Per-node values ($SLURM_NODEID) must expand on each node, not in this batch shell.
-        lines.append("# shellcheck disable=SC2016  # the ${...} in single quotes expand in bash -c on each node")
-        lines.append(join(srun) + " bash -c " + quote("exec " + join(words)) + " &")
-    else:
-        lines.append(join(srun + words) + " &")
-    lines.append(_fill(_AFTER_STEP, job))
+        return (
+            "# shellcheck disable=SC2016  # the ${...} in single quotes expand in bash -c on each node\n"
+            + join(srun) + " bash -c " + quote("exec " + join(words))
+        )
+    return join(srun + words)
+
+
+_PREFLIGHT_REPORT = RunDir("run").preflight_report.name
+
+
+def _preflight(job: JobSpec, profile: ClusterProfile) -> str:
+    """slurm.preflight: the doctor on every process first; a failed check ends the job before training."""
+    if job.preflight is None:
+        return ""
+    words = get_launcher(job.launcher).step(job.preflight_plan(container_words(profile)))
+    return "\n".join([
+        "# Pre-flight (slurm.preflight): every process checks its node, then all_reduce and all_gather are",
+        "# timed between them (supertune doctor --comm); a failed check stops the job before training",
+        _srun_line(job, words) + " || {",
+        f'  echo "supertune: pre-flight failed: training not started (the report is above, and in $SUPERTUNE_RUN_DIR/{_PREFLIGHT_REPORT})"',
+        "  exit 1",
+        "}",
+    ])  # fmt: skip
+
+
+def _step(job: JobSpec, profile: ClusterProfile) -> str:
+    lines = [
+        _fill(_STOP_HANDLING, job),
+        "# Training: " + job.launcher + " (in the background, so that the traps above run at once)",
+        _srun_line(job, step_words(job, profile)) + " &",
+        _fill(_AFTER_STEP, job),
+    ]
     return "\n".join(lines)
 
 

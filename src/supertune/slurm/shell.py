@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 
+from ..config.job_values import one_line_problem
 from ..errors import UserError
+from ..launch.command_words import Expand
 
 __all__ = ["Expand", "quote", "join", "env_value", "sbatch_value", "slurm_filename"]
 
 _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Characters sbatch's #SBATCH reader leaves alone outside quotes.
 _SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+$")
-
-
-@dataclass(frozen=True)
-class Expand:
-    """A word whose $NAME / ${NAME} references expand when the script runs (e.g. SLURM_NODEID on each
-    node, or $USER in a profile's image path); everything else in it stays literal, as in `env_value`."""
-
-    text: str
 
 
 def quote(value: object) -> str:
@@ -62,8 +55,9 @@ def sbatch_value(field: str, value: object) -> str:
     A line break cannot be expressed at all.
     """
     text = str(value)
-    if any(c in text for c in "\n\r\0"):
-        raise UserError(f"{field}: {text!r} contains a line break, which a job script header cannot hold")
+    problem = one_line_problem(text)
+    if problem:
+        raise UserError(f"{field}: {problem}")
     if _SBATCH_PLAIN.match(text):
         return text
     return '"' + re.sub(r'([\\"])', r"\\\1", text) + '"'

@@ -204,9 +204,9 @@ def _read_plan(work: Path) -> ArrayPlan:
 
 
 def _load_config(work: Path) -> RunConfig:
-    from ..config import load_run_config
+    from ..config import load_saved_config
 
-    return load_run_config(str(work / CONFIG))
+    return load_saved_config(work / CONFIG)
 
 
 def _source_stats(cfg: RunConfig) -> list[list[Any]]:

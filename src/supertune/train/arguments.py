@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..config.schema import RunConfig
+from ..rundir import RunDir
+from .progress import progress_bar_wanted
 
 __all__ = ["training_arguments", "PASSED_THROUGH"]
 
@@ -40,8 +41,8 @@ PASSED_THROUGH = (
 )
 
 
-def training_arguments(cfg: RunConfig, run_dir: Path, strategy: dict[str, Any] | None = None) -> Any:
-    """The TrainingArguments of a run; checkpoints go to <run dir>/checkpoints.
+def training_arguments(cfg: RunConfig, run: RunDir, strategy: dict[str, Any] | None = None) -> Any:
+    """The TrainingArguments of a run; checkpoints go to RunDir.checkpoints.
 
     `strategy`: keywords of distributed.strategy (deepspeed=..., or fsdp=... and fsdp_config=...).
     """
@@ -58,7 +59,7 @@ def training_arguments(cfg: RunConfig, run_dir: Path, strategy: dict[str, Any] |
     else:
         kwargs["warmup_steps"] = int(t.warmup_steps)
     return TrainingArguments(
-        output_dir=str(run_dir / "checkpoints"),
+        output_dir=str(run.checkpoints),
         # Old checkpoints are removed by supertune.checkpoints.layout (training.save_total_limit),
         # which never removes the one `latest` names.
         save_total_limit=None,
@@ -66,7 +67,7 @@ def training_arguments(cfg: RunConfig, run_dir: Path, strategy: dict[str, Any] |
         include_num_input_tokens_seen="non_padding",
         logging_first_step=True,
         remove_unused_columns=False,
-        disable_tqdm=False,
+        disable_tqdm=not progress_bar_wanted(),  # a job log gets ProgressLines instead
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning is meaningless (and warns) without a GPU
         # Without use_cpu, accelerate sees no GPU and treats a torchrun job as a single process. With
         # DeepSpeed it must stay off: use_cpu makes accelerate drop DeepSpeed for plain DDP (the

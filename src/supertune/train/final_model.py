@@ -45,7 +45,7 @@ def _save_fresh_base(trainer: Any, run: RunDir) -> None:
     """
     peft_model = trainer.accelerator.unwrap_model(trainer.model)
     base = copy.deepcopy(peft_model).unload()
-    base_dir = run.path / "base_model"
+    base_dir = run.base_model
     base.save_pretrained(base_dir)
     config_path = run.model / "adapter_config.json"
     adapter = json.loads(config_path.read_text())

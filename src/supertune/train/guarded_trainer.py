@@ -24,7 +24,10 @@ from ..checkpoints.space import expected_checkpoint_bytes, space_problem
 from ..errors import UserError
 from .stopping import RunGuard
 
-__all__ = ["GuardedTrainer", "CheckpointSettings"]
+__all__ = ["GuardedTrainer", "CheckpointSettings", "OPTIMIZER_FILE"]
+
+OPTIMIZER_FILE = "optimizer.pt"
+"""The optimizer state in a checkpoint, as the Trainer writes it (ddp; DeepSpeed and FSDP write their own)."""
 
 log = logging.getLogger("supertune")
 
@@ -38,6 +41,8 @@ class CheckpointSettings:
     global_batch: int
     rank: int
     guard: RunGuard
+    init_optimizer_from: Path | None = None
+    """training.init_optimizer_from: a checkpoint whose optimizer state the optimizer starts with."""
 
 
 class GuardedTrainer(Trainer):
@@ -117,6 +122,27 @@ class GuardedTrainer(Trainer):
 
     def _fault(self, point: str) -> None:
         fault_point(point, self.state.global_step, self.supertune.rank)
+
+    # -- optimizer ---------------------------------------------------------------------------------
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        """The Trainer's optimizer, starting from the moments of training.init_optimizer_from when set.
+
+        A resumed run loads its own checkpoint's optimizer state afterwards, over this one, so a
+        federated round killed and resumed continues exactly.
+        """
+        optimizer = super().create_optimizer(model) if model is not None else super().create_optimizer()
+        start = self.supertune.init_optimizer_from
+        if start is not None:
+            import torch
+
+            state = torch.load(start / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+            try:
+                self.optimizer.load_state_dict(state)
+            except (ValueError, KeyError) as exc:
+                raise UserError(f"training.init_optimizer_from: {start} holds another model's or optimizer's state ({exc})") from None
+            log.info("optimizer state (moments of %d parameters) taken from %s", len(state.get("state", {})), start)
+        return optimizer
 
     # -- checks ----------------------------------------------------------------------------------
 

@@ -19,7 +19,23 @@ def setup_logging() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_warning() if rank == 0 else hf_logging.set_verbosity_error()
+    from .progress import progress_bar_wanted
+
+    if not progress_bar_wanted():
+        # In a job log, the libraries' bars (tokenizing, saving shards) would be lines of carriage
+        # returns; supertune logs its own progress lines there instead.
+        _quiet_progress_bars()
     # Known, harmless, and printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=".*torch.utils._pytree._register_pytree_node.*")
     # DeepSpeed calls collectives that torch 2.13 renamed; torch warns on every call, every step.
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated", category=FutureWarning)
+
+
+def _quiet_progress_bars() -> None:
+    import datasets
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    disable_progress_bars()

@@ -23,6 +23,7 @@ CHANGEABLE_ON_RESUME = (
     "slurm.",
     "generate.",
     "output.save_model",
+    "output.progress_seconds",
     "training.max_steps",
     "training.num_train_epochs",
     "training.eval_strategy",

@@ -147,6 +147,10 @@ def _summary(
         "resumed_from_step": resumed.step if resumed else None,
         "wall_time_s": wall_s,
         "world_size": trainer.args.world_size,
+        # What the Trainer trained with, read back from it rather than from the config.
+        "mixed_precision": "bf16" if trainer.args.bf16 else "fp16" if trainer.args.fp16 else "no",
+        # data.document_mask: the share of training token slots left as padding (None otherwise).
+        "padding_share": data.padding_share,
         "model": cfg.model.name_or_path or "embedded tiny Llama",
     }
 

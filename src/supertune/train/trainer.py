@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 from ..checkpoints.layout import CheckpointDir
@@ -14,9 +16,13 @@ from ..rundir import RunDir
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
+from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
+from .trainer_internals import internals_problems
 
 __all__ = ["build_trainer", "tokens_per_step", "global_batch"]
+
+log = logging.getLogger("supertune")
 
 
 def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
@@ -43,10 +49,14 @@ def build_trainer(
     guard = StrategyGuard(cfg, env.world_size)
     run_guard = RunGuard(run, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
     callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
+    if not progress_bar_wanted():
+        callbacks.append(ProgressLines(cfg.output.progress_seconds))
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
         callbacks.append(tensorboard_callback(run.tensorboard))
-    args = training_arguments(cfg, run.path, strategy_arguments(cfg, run, model, env))
+    for problem in internals_problems() if env.is_main else ():
+        log.warning("%s; checkpoints or NaN checks may not work: use the transformers version in pinned-requirements.txt", problem)
+    args = training_arguments(cfg, run, strategy_arguments(cfg, run, model, env))
     after_training_arguments(cfg, env)
     trainer = GuardedTrainer(
         model=model,
@@ -64,6 +74,7 @@ def build_trainer(
         global_batch=global_batch(cfg, env.world_size),
         rank=env.rank,
         guard=run_guard,
+        init_optimizer_from=Path(cfg.training.init_optimizer_from) if cfg.training.init_optimizer_from else None,
     )
     guard.trainer = trainer
     return trainer, guard

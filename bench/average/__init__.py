@@ -1,0 +1,1 @@
+"""Helpers of bench/average.py: the input models and the arms."""

@@ -1,0 +1,32 @@
+"""Federated averaging: `supertune average` and the pieces the federated rounds build on.
+
+`average_checkpoints` averages run directories, checkpoints, saved models or LoRA adapters, weighted
+by tokens seen (by default), streaming a slice of a tensor at a time, with an optional FedAvgM
+server step; everything it refuses is refused before anything is written (docs/federated.md).
+Importing this package imports numpy, not torch.
+"""
+
+from .average import DEFAULT_MAX_SHARD_BYTES, average_checkpoints
+from .checks import tokenizer_sha256
+from .inputs import AVERAGE_MANIFEST, ModelInput, resolve_input
+from .manifest import AverageManifest, read_average_manifest
+from .server_step import MOMENTUM_FILE, ServerStep
+from .streamer import CHUNK_ELEMENTS
+from .weights import InputWeights, input_weights, parse_weights
+
+__all__ = [
+    "AVERAGE_MANIFEST",
+    "AverageManifest",
+    "CHUNK_ELEMENTS",
+    "DEFAULT_MAX_SHARD_BYTES",
+    "InputWeights",
+    "MOMENTUM_FILE",
+    "ModelInput",
+    "ServerStep",
+    "average_checkpoints",
+    "input_weights",
+    "parse_weights",
+    "read_average_manifest",
+    "resolve_input",
+    "tokenizer_sha256",
+]

@@ -1,0 +1,226 @@
+"""Federated averaging (FedAvg) of models, adapters or checkpoints, streamed a slice of a tensor at a time.
+
+    out = sum_i w_i * theta_i,   w_i = raw_i / sum_j raw_j   (raw: tokens seen, samples seen, 1, or given)
+
+The order of work: resolve the inputs (inputs.py), check everything that needs no tensor values
+(job.py, checks.py), then, in a staging directory beside the output (output.py), stream every
+tensor a slice at a time (streamer.py) while other threads hash the inputs' files, copy the
+config and tokenizer, check checkpoint inputs against their manifests' sha256, write the manifest
+and rename the staging directory into place. A failure at any point leaves no output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from ..checkpoints.faults import fault_point
+from ..errors import UserError
+from ..file_hashes import sha256_file
+from .checks import joined_problems
+from .dtypes import OUTPUT_DTYPES, OutputDtype
+from .inputs import ADAPTER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG, TOKENIZER_FILES, ModelInput, resolve_input
+from .job import AverageJob, checked_job
+from .manifest import AverageManifest, write_average_manifest
+from .output import StagingDir, copy_side_files, write_index
+from .server_step import MOMENTUM_FILE, ServerStep
+from .shard_writer import ShardWriter
+from .streamer import TensorStreamer, WriterThread
+
+__all__ = ["average_checkpoints", "DEFAULT_MAX_SHARD_BYTES"]
+
+log = logging.getLogger("supertune")
+
+DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
+"""5 GB per output shard, the Hugging Face default."""
+
+
+def average_checkpoints(
+    inputs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    weights: str | Sequence[float] = "tokens",
+    dtype: OutputDtype = "same",
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    merge_base: str | Path | None = None,
+    server: ServerStep | None = None,
+    report: Callable[[str], None] | None = None,
+) -> AverageManifest:
+    """Average `inputs` (run directories, checkpoints, model or adapter directories) into `out_dir`.
+
+    weights: "tokens" (default), "samples", "uniform" or one number per input. dtype: "same" keeps
+    each tensor's dtype, else "bf16", "fp16" or "fp32". merge_base: LoRA adapter inputs are merged
+    into this base model first and the merged models averaged. server: a FedAvgM step from a
+    previous global model. Raises UserError, having written nothing, for every input that cannot
+    be averaged; returns the manifest written into the output.
+    """
+    started = time.monotonic()
+    say = report or log.info
+    models = [resolve_input(x) for x in inputs]
+    job = None
+    try:
+        job = checked_job(models, Path(out_dir).expanduser().absolute(), weights, dtype, max_shard_bytes, merge_base, server)
+        for i, inp in enumerate(job.inputs):
+            count = f", {inp.tokens:,} tokens" if inp.tokens is not None else ""
+            say(f"{inp.label(i)}: {inp.described}, weight {job.weights.normalised[i]:.4f} ({job.weights.mode}{count}), {inp.directory}")
+        for note in job.notes:
+            say(f"note: {note}")
+        return _write(job, say, started)
+    finally:
+        for inp in models + ([job.merge.base] if job and job.merge else []):
+            inp.weights.close()
+        if job and job.server:
+            job.server.close()
+
+
+def _write(job: AverageJob, say: Callable[[str], None], started: float) -> AverageManifest:
+    """Stream every tensor into the staging directory, add the side files and the manifest, publish."""
+    momentum_target = Path(job.server.step.momentum_out).absolute() if job.server and job.server.keeps_momentum and job.server.step.momentum_out else None
+    with StagingDir(job.out) as staging:
+        momentum_path = staging.path / MOMENTUM_FILE
+        if momentum_target:
+            momentum_target.parent.mkdir(parents=True, exist_ok=True)
+            momentum_path = momentum_target.parent / f".{momentum_target.name}.partial-{os.getpid()}"
+        writers: list[ShardWriter] = []
+        # sha256 runs at about 2 GB/s per core: the inputs are hashed by every core while the
+        # main thread averages and the writer thread writes (and hashes) the output.
+        hashing = ThreadPoolExecutor(_usable_cores(), thread_name_prefix="supertune-average-hash")
+        try:
+            paths = [p for m in job.hashed for p in m.files] + ([job.server.momentum_in_path] if job.server and job.server.momentum_in_path else [])
+            hashes = {p: hashing.submit(sha256_file, p) for p in sorted(set(paths), key=lambda p: -p.stat().st_size)}
+            if job.server:
+                job.server.open_writer(momentum_path, job.planned, job.averaged)
+            files, weight_map = _stream(job, staging, writers, say)
+            momentum_record = None
+            if job.server and job.server.writer:
+                digest = job.server.writer.finish()
+                if not momentum_target:
+                    files[MOMENTUM_FILE] = digest
+                momentum_record = {"path": str(momentum_target or job.out / MOMENTUM_FILE), **digest}
+            if job.kind != "adapter":
+                name = write_index(staging.path, weight_map, sum(t.nbytes for t in job.planned))
+                files[name] = _digest(staging.path / name)
+            side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + ([ADAPTER_CONFIG] if job.kind == "adapter" else [])
+            tokenizer_source = next((m for m in job.inputs if any(f in m.side_files for f in TOKENIZER_FILES)), job.reference)
+            for name in copy_side_files(tokenizer_source, staging.path, side, OUTPUT_DTYPES[job.dtype], config_source=job.reference):
+                files[name] = _digest(staging.path / name)
+            manifest = _manifest(job, files, _verified_hashes(job, hashes), momentum_record)
+            manifest.seconds = round(time.monotonic() - started, 3)
+            write_average_manifest(staging.path, manifest)
+            fault_point("average.written", 0, 0)
+            staging.publish()
+            if momentum_target:
+                os.replace(momentum_path, momentum_target)
+        except BaseException:
+            hashing.shutdown(wait=True, cancel_futures=True)
+            if momentum_target:
+                momentum_path.unlink(missing_ok=True)
+            raise
+        finally:
+            hashing.shutdown(wait=True)
+            for writer in writers:
+                writer.abort()
+    say(f"average of {len(job.inputs)} {'adapters' if job.kind == 'adapter' else 'models'} written to {job.out}")
+    return manifest
+
+
+def _stream(job: AverageJob, staging: StagingDir, writers: list[ShardWriter], say: Callable[[str], None]) -> tuple[dict[str, dict], dict[str, str]]:
+    """Every shard, tensor by tensor; ({shard: {size, sha256}}, {tensor: shard})."""
+    files: dict[str, dict] = {}
+    weight_map: dict[str, str] = {}
+    index = 0
+    with WriterThread() as pipe:
+        streamer = TensorStreamer(job, pipe)
+        for shard_name, shard in job.shards:
+            writer = ShardWriter(staging.path / shard_name, shard)
+            writers.append(writer)
+            for t in shard:
+                fault_point("average.tensor", index, 0)
+                streamer.write_tensor(t, writer)
+                weight_map[t.name] = shard_name
+                index += 1
+            files[shard_name] = pipe.finish(writer)
+            say(f"wrote {shard_name} ({files[shard_name]['size'] / 1e9:.2f} GB)")
+    return files, weight_map
+
+
+def _usable_cores() -> int:
+    """Cores this process may run on (a SLURM task's own, not the node's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
+
+
+def _digest(path: Path) -> dict:
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, str]:
+    """Every input file's sha256; a checkpoint input whose files differ from its manifest is refused."""
+    digests = {path: future.result() for path, future in hashes.items()}
+    problems = []
+    for i, inp in enumerate(job.inputs):
+        if inp.checkpoint is None:
+            continue
+        for path in inp.files:
+            expected = inp.checkpoint.files.get(path.name)
+            if expected is not None and expected["sha256"] != digests[path]:
+                problems.append(f"{inp.label(i)}: {path.name} does not match its checkpoint manifest (sha256); the checkpoint is damaged, average another one")
+    if problems:
+        raise UserError(joined_problems(problems))
+    return digests
+
+
+def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], momentum: dict | None) -> AverageManifest:
+    def record(inp: ModelInput) -> dict:
+        return {str(p.relative_to(inp.directory)): {"size": p.stat().st_size, "sha256": digests[p]} for p in inp.files}
+
+    inputs = [
+        {
+            "arg": inp.arg,
+            "directory": str(inp.directory),
+            "described": inp.described,
+            "weight": job.weights.normalised[i],
+            "raw_weight": job.weights.raw[i],
+            "tokens": inp.tokens,
+            "tokens_source": inp.tokens_source,
+            "samples": inp.samples,
+            "samples_source": inp.samples_source,
+            "files": record(inp),
+        }
+        for i, inp in enumerate(job.inputs)
+    ]
+    dtypes: dict[str, int] = {}
+    for t in job.planned:
+        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + 1
+    tokens = [inp.tokens for inp in job.inputs]
+    samples = [inp.samples for inp in job.inputs]
+    server = None
+    if job.server:
+        s = job.server
+        momentum_in = {"path": str(s.momentum_in_path), "sha256": digests[s.momentum_in_path]} if s.momentum_in_path else None
+        server = {
+            "lr": s.step.lr,
+            "momentum": s.step.momentum,
+            "global_model": {"directory": str(s.global_model.directory), "files": record(s.global_model)},
+            "momentum_in": momentum_in,
+            "momentum_out": momentum,
+        }
+    return AverageManifest(
+        kind=job.kind,
+        weights=job.weights.mode,
+        dtype=job.dtype,
+        inputs=inputs,
+        tokens=sum(tokens) if None not in tokens else None,
+        samples=sum(samples) if None not in samples else None,
+        tensors=len(job.planned),
+        parameters=sum(t.numel for t in job.planned),
+        tensor_dtypes=dtypes,
+        files=files,
+        tokenizer_sha256=job.tokenizer,
+        notes=job.notes,
+        base={"directory": str(job.merge.base.directory), "files": record(job.merge.base)} if job.merge else None,
+        server=server,
+    )

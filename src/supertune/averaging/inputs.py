@@ -1,0 +1,227 @@
+"""What a MODEL argument of `supertune average` names: the directory holding its weights, and where
+its count of tokens and samples seen comes from.
+
+| argument | weights read from | tokens | samples |
+| --- | --- | --- | --- |
+| a checkpoint (`supertune-checkpoint.json`) | the checkpoint | its manifest's `tokens_seen` | its manifest's `samples_seen` |
+| a finished run directory | its `model/` | the run's `summary.json` `train_tokens` | the manifest of the run's checkpoint at its final step |
+| an unfinished run directory (no `model/`) | the checkpoint `checkpoints/latest` names | as for that checkpoint | as for that checkpoint |
+| `<run dir>/model` | itself | as for its run | as for its run |
+| the output of `supertune average` | itself | the sum over its inputs (`supertune-average.json`) | the same |
+| any other model directory | itself | unknown | unknown |
+
+Token-weighted averages of averages therefore equal the flat average over all the original inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checkpoints.layout import CheckpointDir
+from ..checkpoints.manifest import MANIFEST_FILE, CheckpointManifest, read_manifest
+from ..errors import UserError
+from ..rundir import RunDir, holds_run, run_of_model
+from .tensor_files import INDEX_SUFFIX, WeightFiles
+
+__all__ = ["ModelInput", "resolve_input", "ADAPTER_CONFIG", "AVERAGE_MANIFEST", "MODEL_CONFIG", "GENERATION_CONFIG", "TOKENIZER_FILES"]
+
+AVERAGE_MANIFEST = "supertune-average.json"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MODEL_CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+"""Files that make up a saved tokenizer; the ones present are compared, hashed and copied."""
+
+
+@dataclass
+class ModelInput:
+    """One model to average, resolved from what the user named."""
+
+    arg: str
+    """The argument as given."""
+    directory: Path
+    """Absolute path of the directory holding the weights."""
+    described: str
+    """What the argument was found to be, for messages: 'checkpoint', 'run directory (its model/)', ..."""
+    weights: WeightFiles
+    adapter: bool
+    """LoRA adapters (adapter_model.safetensors + adapter_config.json) rather than a full model."""
+    tokens: int | None
+    tokens_source: str
+    """Where `tokens` came from, or why it is unknown."""
+    samples: int | None
+    samples_source: str
+    checkpoint: CheckpointManifest | None = None
+    """The checkpoint manifest, when the weights are a checkpoint's (its hashes are checked)."""
+    side_files: list[str] = field(default_factory=list)
+    """Config, generation config, adapter config and tokenizer files present beside the weights."""
+
+    def label(self, index: int) -> str:
+        return f"input {index + 1} ({self.arg})"
+
+    def json_file(self, name: str) -> dict[str, Any] | None:
+        """A JSON file beside the weights (config.json, adapter_config.json), or None when absent."""
+        path = self.directory / name
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"MODEL {self.arg}: {name} is unreadable ({exc})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"MODEL {self.arg}: {name} is not a JSON object")
+        return data
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file the average reads from this input: weights (and index), then the side files."""
+        return self.weights.paths + [self.directory / name for name in self.side_files]
+
+
+def resolve_input(arg: str | Path) -> ModelInput:
+    """What `arg` names (see the module's table); UserError with the way out when it holds no usable weights."""
+    text = str(arg)
+    path = Path(text).expanduser().absolute()
+    if not path.exists():
+        raise UserError(f"MODEL {text}: no such file or directory")
+    if not path.is_dir():
+        raise UserError(f"MODEL {text}: is a file; give the directory that holds the weights (a run, a checkpoint or a saved model)")
+    if (path / MANIFEST_FILE).is_file():
+        return _checkpoint(text, path, "checkpoint")
+    if holds_run(path):
+        return _run(text, path)
+    described, tokens, samples = _model_counts(path)
+    return _make(text, path, described, tokens, samples)
+
+
+def _run(text: str, path: Path) -> ModelInput:
+    run = RunDir(path)
+    model_weights = _weights_file(run.model) if run.model.is_dir() else None
+    if model_weights and run.summary.is_file():
+        tokens, samples = _run_counts(run)
+        return _make(text, run.model, "run directory (its model/)", tokens, samples)
+    if model_weights:
+        raise UserError(
+            f"MODEL {text}: the run has model/ but no summary.json (it stopped before finishing, so model/ may be incomplete); "
+            f"give one of its checkpoints, e.g. {text.rstrip('/')}/checkpoints/<checkpoint-N>"
+        )
+    latest = CheckpointDir(run.checkpoints).latest()
+    if latest is None or not (latest / MANIFEST_FILE).is_file():
+        raise UserError(f"MODEL {text}: the run has neither a finished model/ nor a published checkpoint to average")
+    return _checkpoint(text, latest, f"run directory (its latest checkpoint, {latest.name})")
+
+
+def _checkpoint(text: str, path: Path, described: str) -> ModelInput:
+    try:
+        manifest = read_manifest(path)
+    except ValueError as exc:
+        raise UserError(f"MODEL {text}: {exc}; give a checkpoint whose save finished") from None
+    where = "checkpoint manifest"
+    inp = _make(
+        text,
+        path,
+        described,
+        (manifest.tokens_seen, f"{where} tokens_seen"),
+        (manifest.samples_seen, f"{where} samples_seen"),
+    )
+    inp.checkpoint = manifest
+    return inp
+
+
+def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | None, str]]:
+    """(description, tokens, samples) of a model directory that is not a checkpoint or a run."""
+    parent = run_of_model(path)
+    if parent is not None:
+        if not parent.summary.is_file():
+            missing = (None, f"its run {path.parent} has no summary.json (unfinished); give a checkpoint of the run instead")
+            return "model directory of a run", missing, missing
+        tokens, samples = _run_counts(parent)
+        return "model directory of a run", tokens, samples
+    if (path / AVERAGE_MANIFEST).is_file():
+        try:
+            data = json.loads((path / AVERAGE_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"MODEL {path}: {AVERAGE_MANIFEST} is unreadable ({exc})") from None
+        source = f"{AVERAGE_MANIFEST} (the sum over the models it averages)"
+        unknown = f"{AVERAGE_MANIFEST}: not known for every model it averages"
+        tokens, samples = data.get("tokens"), data.get("samples")
+        return (
+            "output of supertune average",
+            (tokens, source) if isinstance(tokens, int) else (None, unknown),
+            (samples, source) if isinstance(samples, int) else (None, unknown),
+        )
+    bare = (None, "a model directory with no checkpoint manifest and no run summary beside it")
+    return "model directory", bare, bare
+
+
+def _run_counts(run: RunDir) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+    """Tokens from the run's summary.json; samples from its checkpoint at the final step (the summary has none)."""
+    try:
+        summary = json.loads(run.summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"MODEL {run.path}: summary.json is unreadable ({exc})") from None
+    tokens_value = summary.get("train_tokens")
+    tokens = (int(tokens_value), "run summary.json train_tokens") if isinstance(tokens_value, int) else (None, "run summary.json has no train_tokens")
+    step = summary.get("train_steps")
+    final = CheckpointDir(run.checkpoints).final(int(step)) if isinstance(step, int) else None
+    if final is not None and (final / MANIFEST_FILE).is_file():
+        try:
+            samples = (read_manifest(final).samples_seen, f"manifest of {final.name} (the run's final step) samples_seen")
+        except ValueError as exc:
+            samples = (None, f"{final.name}: {exc}")
+    else:
+        samples = (None, f"the run keeps no checkpoint of its final step {step}; give that run's checkpoint instead")
+    return tokens, samples
+
+
+def _weights_file(directory: Path) -> str | None:
+    """The file to read weights from, in the order Hugging Face loaders look: adapters, one file, an index."""
+    if (directory / ADAPTER_CONFIG).is_file() and (directory / ADAPTER_WEIGHTS).is_file():
+        return ADAPTER_WEIGHTS
+    for name in ("model.safetensors", "model" + INDEX_SUFFIX):
+        if (directory / name).is_file():
+            return name
+    indexes = sorted(p.name for p in directory.glob("*" + INDEX_SUFFIX))
+    return indexes[0] if len(indexes) == 1 else None
+
+
+def _make(text: str, directory: Path, described: str, tokens: tuple[int | None, str], samples: tuple[int | None, str]) -> ModelInput:
+    name = _weights_file(directory)
+    if name is None:
+        others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".safetensors"))
+        hint = (
+            f"it holds {', '.join(others[:3])}; only safetensors weights are averaged (save them again with save_pretrained)"
+            if others
+            else "it holds no model.safetensors, index or adapter_model.safetensors"
+        )
+        raise UserError(f"MODEL {text}: no weights to average in {directory} ({hint})")
+    adapter = name == ADAPTER_WEIGHTS
+    side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + ([ADAPTER_CONFIG] if adapter else [])
+    return ModelInput(
+        arg=text,
+        directory=directory,
+        described=described,
+        weights=WeightFiles(directory, name),
+        adapter=adapter,
+        tokens=tokens[0],
+        tokens_source=tokens[1],
+        samples=samples[0],
+        samples_source=samples[1],
+        side_files=[f for f in side if (directory / f).is_file()],
+    )

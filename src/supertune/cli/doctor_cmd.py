@@ -1,0 +1,70 @@
+"""`supertune doctor [--json] [--comm [--nproc N] [--expect-gbps X]]`"""
+
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = (
+    "Check this node's environment for training and name the fix for each problem: Python and package versions, "
+    "torch's build against the GPUs and driver, each GPU (memory, bf16), NCCL/RCCL, the SLURM allocation, network "
+    "interfaces against NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, InfiniBand/Slingshot, Hugging Face caches and offline "
+    "flags, writable directories and free space. --comm also measures all_reduce and all_gather bandwidth between "
+    "the processes of the job. Exit code 1 when a check fails (warnings do not), 2 for wrong options."
+)
+
+
+def epilog() -> str:
+    return (
+        "examples:\n"
+        "  supertune doctor                                    # this node, in seconds\n"
+        "  supertune doctor --json | jq '.checks[] | select(.verdict == \"fail\")'\n"
+        "  supertune doctor --comm --nproc 2 --max-size 64M    # two local processes (gloo on CPU, nccl on GPUs)\n"
+        "  srun -N2 --ntasks-per-node=4 supertune doctor --comm --expect-gbps 20   # inside an allocation\n"
+        "  python -m supertune.doctor.worker --comm --expect-gbps 20               # what a job step runs (torchrun, srun)\n"
+        "\n"
+        "bandwidth: algbw = bytes / time; busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for all_gather,\n"
+        "as nccl-tests define them; GB/s = 1e9 bytes/s. docs/doctor.md explains every check.\n"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..doctor.options import add_doctor_arguments
+
+    add_doctor_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..doctor.options import options_from_args
+    from ..launch.environment import launch_environment
+
+    options = options_from_args(args)
+    if options.nproc and not launch_environment().distributed:
+        return _run_local_processes(options)
+    from ..doctor.run import run_doctor
+
+    return run_doctor(options)
+
+
+def _run_local_processes(options) -> int:
+    """N processes through torchrun, each running the doctor's worker; rank 0 prints the report.
+
+    The workers exit 0 after a complete report (a failing torchrun worker ends in a launcher
+    traceback that would bury the report); the verdict comes back through the JSON report file.
+    """
+    import json
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from ..doctor.options import WORKER_MODULE
+    from ..launch.local import torchrun_argv
+    from ..subprocesses import run_foreground
+
+    with tempfile.TemporaryDirectory(prefix="supertune-doctor-") as tmp:
+        report = Path(options.out or Path(tmp) / "doctor.json")
+        report.unlink(missing_ok=True)
+        code = run_foreground(torchrun_argv(options.nproc, options.worker_argv(out=str(report), exit_zero=True), module=WORKER_MODULE))
+        if code != 0 or not report.exists():
+            print(f"supertune: error: the doctor's processes exited with code {code} before reporting; see the output above", file=sys.stderr, flush=True)
+            return code or 1
+        return int(json.loads(report.read_text())["exit_code"])

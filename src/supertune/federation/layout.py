@@ -1,0 +1,90 @@
+"""The federation directory: every file of a federation has one property here.
+
+    <federation dir>/
+      federation.yaml            the federation config as loaded (rerun: supertune federate <dir>)
+      round-000/global/          the base model, when it is built here (the embedded default)
+      round-000/<site>/evaluated.json   the base model's eval loss on the site's validation data
+      round-NNN/<site>/site.yaml        the site's resolved run config for this round
+      round-NNN/<site>/run/             the site's supertune run of this round (resumable)
+      round-NNN/<site>/trained.json     receipt: local training finished and verified
+      round-NNN/global/                 the averaged model (supertune average's output)
+      round-NNN/averaged.json           receipt: the average is published
+      round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
+      rounds.json, rounds.md, rounds.png   the per-round table and plot
+
+A receipt is written (atomically) only when its phase is done; a federation resumes at the first
+phase of the first round without all its receipts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["FederationDir", "RoundDir", "SiteRoundDir"]
+
+
+class FederationDir:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / "federation.yaml"
+
+    @property
+    def table_json(self) -> Path:
+        return self.path / "rounds.json"
+
+    @property
+    def table_markdown(self) -> Path:
+        return self.path / "rounds.md"
+
+    @property
+    def plot(self) -> Path:
+        return self.path / "rounds.png"
+
+    @property
+    def streamflow(self) -> Path:
+        """StreamFlow's files: the workflow, one streamflow.yml and job file per round, its database."""
+        return self.path / "streamflow"
+
+    def round(self, number: int) -> RoundDir:
+        return RoundDir(self.path / f"round-{number:03d}", number)
+
+
+class RoundDir:
+    def __init__(self, path: Path, number: int) -> None:
+        self.path = path
+        self.number = number
+
+    @property
+    def global_model(self) -> Path:
+        return self.path / "global"
+
+    @property
+    def averaged(self) -> Path:
+        return self.path / "averaged.json"
+
+    def site(self, name: str) -> SiteRoundDir:
+        return SiteRoundDir(self.path / name)
+
+
+class SiteRoundDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "site.yaml"
+
+    @property
+    def run(self) -> Path:
+        return self.path / "run"
+
+    @property
+    def trained(self) -> Path:
+        return self.path / "trained.json"
+
+    @property
+    def evaluated(self) -> Path:
+        return self.path / "evaluated.json"

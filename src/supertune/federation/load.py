@@ -1,0 +1,131 @@
+"""Reading a federation config: the YAML, typed and checked all at once, and every site's run config
+resolved up front, so that a mistake at the third site is found before the first site trains.
+
+Paths in the file (site configs, the base model) are relative to the file; they are made absolute,
+and the federation directory keeps the loaded config (federation.yaml), so it resumes from anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..config.build import build_config
+from ..config.errors import ConfigError
+from ..config.yaml_file import read_yaml_mapping
+from ..errors import UserError
+from .layout import FederationDir
+from .schema import FederationConfig
+
+__all__ = ["load_federation", "federation_problems", "federation_text", "SITE_NAME"]
+
+SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+
+
+def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConfig, Path | None]:
+    """(config, the directory it was loaded from: a federation directory to resume, else None).
+
+    `path` is a federation YAML, a federation directory (its federation.yaml), or None for the
+    embedded default federation.
+    """
+    if path is None:
+        from .default import default_federation
+
+        return default_federation(), None
+    p = Path(path).expanduser()
+    resumed = None
+    if p.is_dir():
+        if not FederationDir(p).config.is_file():
+            raise UserError(f"FEDERATION: {str(p)!r} is a directory without federation.yaml; give a federation YAML or a federation directory")
+        resumed, p = p.absolute(), FederationDir(p).config
+    elif not p.is_file():
+        raise UserError(f"FEDERATION: {str(p)!r} does not exist; give a federation YAML (docs/federated.md) or a federation directory")
+    data = read_yaml_mapping(p, "federation config", "keys (name:, rounds:, sites:, ...)")
+    fed = build_config(FederationConfig, data)
+    _absolute_paths(fed, p.absolute().parent)
+    problems = federation_problems(fed)
+    if problems:
+        raise ConfigError(problems)
+    return fed, resumed
+
+
+def _absolute_paths(fed: FederationConfig, base: Path) -> None:
+    def absolute(ref: str) -> str:
+        expanded = Path(ref).expanduser()
+        return str(expanded if expanded.is_absolute() else (base / expanded).absolute())
+
+    for site in fed.sites:
+        if site.config:
+            site.config = absolute(site.config)
+    if fed.base_model and (fed.base_model.startswith((".", "/", "~")) or (base / fed.base_model).exists()):
+        fed.base_model = absolute(fed.base_model)
+
+
+def federation_problems(fed: FederationConfig) -> list[str]:
+    """Everything wrong with the federation's own settings, one line each (the sites' run configs are
+    checked by `federation.sites.resolve_sites`)."""
+    p: list[str] = []
+    if not SITE_NAME.match(fed.name):
+        p.append(f"name: {fed.name!r} cannot name the federation's folder and jobs; use letters, digits, '-' and '_'")
+    if fed.rounds < 1:
+        p.append(f"rounds: must be at least 1, got {fed.rounds}")
+    if fed.poll_seconds < 1 or not math.isfinite(fed.poll_seconds):
+        p.append(f"poll_seconds: must be at least 1 (a scheduler is not asked more often), got {fed.poll_seconds}")
+    a = fed.aggregation
+    if not (math.isfinite(a.server_lr) and a.server_lr > 0):
+        p.append(f"aggregation.server_lr: must be a positive number (1 is plain FedAvg), got {a.server_lr}")
+    if not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
+        p.append(f"aggregation.server_momentum: must be in [0, 1) (0.9 is usual; 0 keeps none), got {a.server_momentum}")
+    if fed.streamflow.polling_seconds < 1:
+        p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
+    if len(fed.sites) < 2:
+        p.append(f"sites: a federation needs two or more sites, got {len(fed.sites)}")
+    seen: set[str] = set()
+    for i, site in enumerate(fed.sites):
+        where = f"sites[{i}]" + (f" ({site.name})" if site.name else "")
+        if not SITE_NAME.match(site.name):
+            p.append(f"{where}.name: {site.name!r} must be a short name of letters, digits, '-' and '_', e.g. leonardo")
+        elif site.name in seen:
+            p.append(f"{where}.name: {site.name!r} is used by another site; give each site its own name")
+        seen.add(site.name)
+        if site.steps_per_round < 1:
+            p.append(f"{where}.steps_per_round: must be at least 1, got {site.steps_per_round}")
+        if site.config and not Path(site.config).is_file():
+            p.append(f"{where}.config: {site.config!r} does not exist")
+        if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
+            p.append(f"{where}.weight: must be a positive number, got {site.weight}")
+        if fed.executor != "streamflow":
+            for key in ("login", "workdir"):
+                if getattr(site, key):
+                    p.append(f"{where}.{key}: only used with executor: streamflow; remove it or set executor: streamflow")
+        if site.where != "local":
+            p += _cluster_problem(where, site.where)
+    weighted = [s.weight is not None for s in fed.sites]
+    if any(weighted) and not all(weighted):
+        p.append("sites[].weight: given for some sites only; give every site a weight, or none (aggregation.weights decides)")
+    return p
+
+
+def _cluster_problem(where: str, name: str) -> list[str]:
+    from ..clusters import ProfileError, load_profile
+
+    try:
+        load_profile(name, what=f"{where}.where")
+    except ProfileError as exc:
+        return exc.problems
+    except UserError as exc:
+        return [f"{exc} (or local)"]
+    return []
+
+
+def federation_text(fed: FederationConfig) -> str:
+    """The YAML of a loaded federation (absolute paths), kept in its directory."""
+    import dataclasses
+
+    import yaml
+
+    data: dict[str, Any] = dataclasses.asdict(fed)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

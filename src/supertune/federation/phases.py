@@ -1,0 +1,71 @@
+"""What each phase of a round leaves behind, written the same way whichever executor ran it: the
+receipt of a site's training (after its final checkpoint is checked against its manifest) and the
+round's average (the global model and the weights each site got)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..checkpoints.layout import CheckpointDir
+from ..checkpoints.manifest import check_files, read_manifest
+from ..errors import UserError
+from ..rundir import RunDir
+from .receipts import write_receipt
+from .schema import FederationConfig
+
+__all__ = ["trained_record", "average_round"]
+
+
+def trained_record(site: str, number: int, run_dir: Path) -> dict:
+    """The receipt of a site's finished training in `run_dir`: its final checkpoint, verified by sha256."""
+    run = RunDir(run_dir)
+    label = f"{site} round {number}"
+    if not run.summary.is_file():
+        raise UserError(f"{label}: the run in {run_dir} has not finished (no summary.json)")
+    summary = json.loads(run.summary.read_text(encoding="utf-8"))
+    checkpoint = CheckpointDir(run.checkpoints).latest()
+    if checkpoint is None:
+        raise UserError(f"{label}: the run in {run_dir} finished without a checkpoint to average")
+    manifest = read_manifest(checkpoint)
+    problems = check_files(checkpoint, manifest)
+    if problems:
+        raise UserError(f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again")
+    return {
+        "site": site,
+        "round": number,
+        "run": str(run_dir),
+        "checkpoint": str(checkpoint),
+        "step": manifest.step,
+        "tokens": manifest.tokens_seen,
+        "samples": manifest.samples_seen,
+        "eval_loss": summary["eval_loss"],
+        "seconds": float(summary.get("wall_time_s") or 0.0),
+    }
+
+
+def average_round(
+    fed: FederationConfig, number: int, sites: list[str], checkpoints: list[str], previous: Path, out: Path, receipt: Path
+) -> dict:
+    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt."""
+    from ..averaging import ServerStep, average_checkpoints, read_average_manifest
+
+    a = fed.aggregation
+    fixed = [s.weight for s in fed.sites]
+    weights: str | list[float] = [float(w) for w in fixed] if fixed and fixed[0] is not None else a.weights
+    server = ServerStep(global_model=previous, lr=a.server_lr, momentum=a.server_momentum) if (a.server_lr != 1 or a.server_momentum) else None
+    started = time.time()
+    try:
+        manifest = read_average_manifest(out)  # published before a kill could write the receipt
+    except ValueError:
+        manifest = average_checkpoints(checkpoints, out, weights=weights, dtype=a.dtype, server=server)
+    record = {
+        "round": number,
+        "global_model": str(out),
+        "weights": {name: i["weight"] for name, i in zip(sites, manifest.inputs)},
+        "tokens": {name: i["tokens"] for name, i in zip(sites, manifest.inputs)},
+        "seconds": time.time() - started,
+    }
+    write_receipt(receipt, record)
+    return record

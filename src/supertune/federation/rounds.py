@@ -1,0 +1,129 @@
+"""The rounds of a federation, each in three phases, resumable at the first unfinished one:
+
+1. train: every site trains `steps_per_round` steps from the previous global model (its own run
+   directory; a killed or stopped run resumes from its latest checkpoint);
+2. average: the sites' final checkpoints, verified against their manifests, are averaged into the
+   round's global model (token-weighted FedAvg, the optional server step);
+3. evaluate: the new global model's loss on every site's validation data.
+
+Round 0 evaluates the base model, so that every site has a loss before any training. Each finished
+phase leaves a receipt (`layout`); no state is kept anywhere else, and nothing finished is redone.
+What is left of a round goes to the executor as one `RoundWork`: the built-in executor runs its
+phases one after another, StreamFlow as one workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..config.load import dump_config
+from .base_model import base_model_dir
+from .layout import FederationDir
+from .receipts import read_receipt
+from .schema import FederationConfig, SiteConfig
+from .sites import SitePlan, round_overrides, round_resolution
+from .table import write_table
+
+__all__ = ["Executor", "RoundWork", "SiteWork", "run_rounds", "site_config_file"]
+
+log = logging.getLogger("supertune")
+
+
+@dataclass(frozen=True)
+class SiteWork:
+    """One site's part of a phase: train in its run directory, or evaluate a global model."""
+
+    site: SiteConfig
+    round: int
+    config: Path
+    """train: the site's resolved run config of this round; evaluate: the site's base config (its data settings)."""
+    directory: Path
+    """The site's folder of this round (logs, receipts, the run)."""
+    run: Path | None = None
+    """train: the run directory."""
+    receipt: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.site.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.site.name} round {self.round}"
+
+
+@dataclass
+class RoundWork:
+    """What is left of one round (round 0: only the base model's evaluation)."""
+
+    number: int
+    previous: Path
+    """The global model this round starts from."""
+    global_model: Path
+    """The global model this round makes (round 0: the base)."""
+    averaged: Path
+    """The receipt of the average."""
+    train: list[SiteWork] = field(default_factory=list)
+    average: bool = False
+    evaluate: list[SiteWork] = field(default_factory=list)
+    trained: dict[str, Path] = field(default_factory=dict)
+    """Receipt of every site's training (those of this work too, once done), in site order."""
+
+
+class Executor(Protocol):
+    def run_round(self, work: RoundWork) -> None:
+        """Do the work, leaving its receipts; raise UserError naming the site (and its log) on a failure."""
+        ...
+
+
+def site_config_file(root: FederationDir, name: str) -> Path:
+    """A site's resolved base run config (the site's YAML and overrides, before per-round settings)."""
+    return root.path / "sites" / f"{name}.yaml"
+
+
+def run_rounds(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, executor: Executor) -> None:
+    """Every unfinished phase of every round, in order; the table and plot after each round."""
+    for plan in plans:
+        path = site_config_file(root, plan.site.name)
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(plan.text, encoding="utf-8")
+    base = base_model_dir(fed, root)
+    for number in range(0, fed.rounds + 1):
+        previous = base if number <= 1 else root.round(number - 1).global_model
+        work = _round_work(fed, plans, root, number, previous, base)
+        if work.train or work.average or work.evaluate:
+            executor.run_round(work)
+        if number:
+            write_table(fed, root)
+            log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
+
+
+def _round_work(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, number: int, previous: Path, base: Path) -> RoundWork:
+    rd = root.round(number)
+    work = RoundWork(number, previous, base if number == 0 else rd.global_model, rd.averaged)
+    for plan in plans:
+        sd = rd.site(plan.site.name)
+        work.trained[plan.site.name] = sd.trained
+        if number and read_receipt(sd.trained) is None:
+            if not sd.config.is_file():
+                kept = _previous_checkpoint(fed, root, number, plan.site.name)
+                resolved = round_resolution(site_config_file(root, plan.site.name), round_overrides(fed, plan, number, previous, kept))
+                sd.path.mkdir(parents=True, exist_ok=True)
+                sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
+            work.train.append(SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained))
+        if read_receipt(sd.evaluated) is None:
+            sd.path.mkdir(parents=True, exist_ok=True)
+            work.evaluate.append(SiteWork(plan.site, number, site_config_file(root, plan.site.name), sd.path, receipt=sd.evaluated))
+    work.average = number > 0 and read_receipt(rd.averaged) is None
+    return work
+
+
+def _previous_checkpoint(fed: FederationConfig, root: FederationDir, number: int, site: str) -> Path | None:
+    if fed.optimizer_state != "kept" or number == 1:
+        return None
+    receipt = read_receipt(root.round(number - 1).site(site).trained)
+    return Path(receipt["checkpoint"]) if receipt else None

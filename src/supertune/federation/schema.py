@@ -1,0 +1,87 @@
+"""The federation config schema: sites that train the same base model on their own data, and the
+rounds that average them. One typed dataclass per section, a docstring under every field (as in
+the run config); YAML is only data (`federation.load` builds and checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "FederationConfig"]
+
+
+@dataclass
+class AggregationConfig:
+    """How the sites' models become the next global model (`supertune average`)."""
+
+    weights: Literal["tokens", "samples", "uniform"] = "tokens"
+    """Weight of each site: the tokens (or sequences) it trained on this round, or equal; a site's `weight` overrides."""
+    dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
+    """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
+    server_lr: float = 1.0
+    """Server learning rate (FedAvgM): the global model moves by server_lr x the averaged change; 1 is plain FedAvg."""
+    server_momentum: float = 0.0
+    """Server momentum in [0, 1) (FedAvgM); 0 keeps none."""
+
+
+@dataclass
+class SiteConfig:
+    """One site: its own run config, data and strategy, where it runs, and how much it trains per round."""
+
+    name: str = ""
+    """Short name: letters, digits, '-', '_' (names folders and jobs)."""
+    config: str | None = None
+    """The site's run config YAML (relative to the federation file); empty: supertune's defaults."""
+    overrides: list[str] = field(default_factory=list)
+    """section.key=value overrides over the site's config, e.g. [data.train_files=/data/de/*.jsonl, distributed.strategy=zero2]."""
+    steps_per_round: int = 20
+    """Optimizer steps the site trains in each round."""
+    where: str = "local"
+    """local (processes on this machine, launch.nproc of them), or a cluster profile: the site's SLURM job per round."""
+    weight: float | None = None
+    """A fixed weight for this site instead of aggregation.weights (all sites or none)."""
+    login: str | None = None
+    """StreamFlow only: the site's login node as [user@]host[:port], reached over SSH; empty: this machine."""
+    workdir: str | None = None
+    """StreamFlow only: a directory on the site for its files (global models, runs); empty: under the federation directory."""
+
+
+@dataclass
+class StreamFlowConfig:
+    """Running each round through StreamFlow (executor: streamflow)."""
+
+    command: str = "streamflow"
+    """The streamflow executable (0.2.0rc3, e.g. installed with `pip install 'supertune[streamflow]'`)."""
+    ssh_key: str | None = None
+    """Private key for the sites' login nodes; empty: the SSH agent and default keys."""
+    polling_seconds: int = 5
+    """How often StreamFlow asks a site's SLURM for its jobs."""
+
+
+@dataclass
+class FederationConfig:
+    """Federated training: rounds of local training at every site, then a token-weighted average."""
+
+    name: str = "federation"
+    """Name of the federation: prefix of its directory and of its jobs."""
+    base_model: str | None = None
+    """The model every site starts from in round 1: a model directory, a run directory or a local hub id; empty: the embedded tiny Llama, built once with fresh weights."""
+    base_config_overrides: dict[str, Any] = field(default_factory=dict)
+    """With an empty base_model: fields of the embedded tiny Llama's config to change, e.g. {num_hidden_layers: 2}."""
+    seed: int = 42
+    """Seed of the base model's fresh weights (empty base_model). A site's data order in round r comes from its own training.data_seed (or seed) + r - 1."""
+    rounds: int = 3
+    """Rounds of local training and averaging."""
+    optimizer_state: Literal["fresh", "kept"] = "fresh"
+    """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    """Averaging."""
+    executor: Literal["builtin", "streamflow"] = "builtin"
+    """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round."""
+    poll_seconds: float = 5.0
+    """Seconds between looks at a site's SLURM job while waiting for it."""
+    streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)
+    """StreamFlow settings."""
+    sites: list[SiteConfig] = field(default_factory=list)
+    """The sites, two or more."""

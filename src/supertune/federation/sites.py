@@ -1,0 +1,104 @@
+"""Each site's run config: resolved once from the site's YAML and overrides when the federation is
+created (kept as <federation dir>/sites/<name>.yaml), then per round with the settings the
+federation decides (the global model to start from, the steps, the data order, the checkpoint).
+
+A site's own settings stay its own: data, strategy, batch sizes, learning rate, precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config.errors import ConfigError
+from ..config.load import dump_config
+from ..config.schema import RunConfig
+from ..resolve import Resolution, resolve
+from .schema import FederationConfig, SiteConfig
+
+__all__ = ["SitePlan", "resolve_sites", "round_overrides", "round_resolution", "STRATEGIES_WITH_OWN_OPTIMIZER"]
+
+# Their optimizer state is DeepSpeed's own partitioned format, not a torch optimizer's state dict.
+STRATEGIES_WITH_OWN_OPTIMIZER = ("zero1", "zero2", "zero3")
+
+
+@dataclass(frozen=True)
+class SitePlan:
+    """A site and its resolved base run config (before the per-round settings)."""
+
+    site: SiteConfig
+    config: RunConfig
+    text: str
+    """The resolved config as YAML: what <federation dir>/sites/<name>.yaml holds."""
+
+
+def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
+    """Every site's run config, checked with the settings of round 1; one ConfigError for all sites."""
+    problems: list[str] = []
+    plans = []
+    for i, site in enumerate(fed.sites):
+        where = f"sites[{i}] ({site.name})"
+        try:
+            res = resolve(site.config, [*site.overrides, *_base_overrides(fed, site)])
+        except ConfigError as exc:
+            problems += [f"{where}: {p}" for p in exc.problems]
+            continue
+        problems += [f"{where}: {p}" for p in _site_problems(fed, site, res.config)]
+        plans.append(SitePlan(site, res.config, dump_config(res.config)))
+    if problems:
+        raise ConfigError(problems)
+    return plans
+
+
+def _base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
+    """What the federation sets for every round, checked once here with round 1's global model (the base)."""
+    import yaml
+
+    overrides = ["model.from_config=false", f"launch.cluster={site.where}"]
+    if fed.base_model:
+        overrides.append(f"model.name_or_path={fed.base_model}")
+        overrides.append("model.config_overrides=")
+    else:
+        overrides.append("model.name_or_path=")
+        flow = yaml.safe_dump(fed.base_config_overrides, default_flow_style=True, width=10**6).strip()
+        overrides.append(f"model.config_overrides={flow if fed.base_config_overrides else ''}")
+    return overrides
+
+
+def _site_problems(fed: FederationConfig, site: SiteConfig, cfg: RunConfig) -> list[str]:
+    p = []
+    if cfg.model.lora.enabled:
+        p.append("model.lora.enabled: a federation averages whole models; LoRA sites are not supported (average adapters with supertune average)")
+    if fed.optimizer_state == "kept" and cfg.distributed.strategy in STRATEGIES_WITH_OWN_OPTIMIZER + ("fsdp",):
+        p.append(
+            f"optimizer_state: kept carries a torch optimizer's state between rounds, which distributed.strategy="
+            f"{cfg.distributed.strategy} does not save as one; use optimizer_state: fresh or distributed.strategy=ddp"
+        )
+    if cfg.data.streaming and cfg.data.store is None:
+        p.append("data.streaming: each round reads the site's data from a new seed; a stream cannot be reordered that way, use files or a token store")
+    return p
+
+
+def round_overrides(fed: FederationConfig, plan: SitePlan, number: int, global_model: Path, previous_checkpoint: Path | None) -> list[str]:
+    """The settings the federation decides for a site's run in round `number` (1-based)."""
+    site, t = plan.site, plan.config.training
+    data_seed = (t.data_seed if t.data_seed is not None else t.seed) + number - 1
+    save_steps = min(t.save_steps, site.steps_per_round)
+    overrides = [
+        f"model.name_or_path={global_model}",
+        "model.from_config=false",
+        "model.config_overrides=",
+        f"training.max_steps={site.steps_per_round}",
+        f"training.data_seed={data_seed}",
+        "training.save_strategy=steps",
+        f"training.save_steps={save_steps}",
+        f"output.name={fed.name}-{site.name}-r{number:03d}",
+    ]
+    if previous_checkpoint is not None:
+        overrides.append(f"training.init_optimizer_from={previous_checkpoint}")
+    return overrides
+
+
+def round_resolution(plan_file: Path, overrides: list[str]) -> Resolution:
+    """The site's run config for one round: its resolved base config file with the round's settings."""
+    return resolve(plan_file, overrides)

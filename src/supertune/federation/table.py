@@ -1,0 +1,130 @@
+"""The per-round table of a federation, read from its receipts only: markdown for people, JSON for
+scripts, and a PNG of each site's loss by round (under the global model, and after local training).
+
+Columns: the site's tokens this round, its local eval loss before training (the previous global
+model on its data), after its local training, and under the new global model; seconds of training,
+averaging and evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .layout import FederationDir
+from .receipts import read_receipt
+from .schema import FederationConfig
+
+__all__ = ["table_rows", "table_markdown", "write_table"]
+
+
+def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any]]:
+    """One row per round and site that has a receipt; missing values are None."""
+    rows = []
+    for number in range(1, fed.rounds + 1):
+        rd, before = root.round(number), root.round(number - 1)
+        averaged = read_receipt(rd.averaged) or {}
+        for site in fed.sites:
+            trained = read_receipt(rd.site(site.name).trained)
+            if trained is None:
+                continue
+            previous = read_receipt(before.site(site.name).evaluated) or {}
+            evaluated = read_receipt(rd.site(site.name).evaluated) or {}
+            rows.append({
+                "round": number,
+                "site": site.name,
+                "tokens": trained["tokens"],
+                "weight": (averaged.get("weights") or {}).get(site.name),
+                "local_before": previous.get("eval_loss"),
+                "local_after": trained["eval_loss"],
+                "global": evaluated.get("eval_loss"),
+                "train_s": trained["seconds"],
+                "average_s": averaged.get("seconds"),
+                "evaluate_s": evaluated.get("seconds"),
+            })  # fmt: skip
+    return rows
+
+
+def base_losses(fed: FederationConfig, root: FederationDir) -> dict[str, float | None]:
+    """Each site's eval loss under the base model (round 0)."""
+    return {s.name: (read_receipt(root.round(0).site(s.name).evaluated) or {}).get("eval_loss") for s in fed.sites}
+
+
+def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
+    rows = table_rows(fed, root)
+    base = base_losses(fed, root)
+    lines = [
+        f"# Federation {fed.name}: {len({r['round'] for r in rows})} of {fed.rounds} rounds",
+        "",
+        "Eval loss on each site's validation data. before: the previous global model (round 1: the base); "
+        "after: the site's model after its local training; global: the round's averaged model.",
+        "",
+        "base model: " + ", ".join(f"{name} {_num(loss)}" for name, loss in base.items()),
+        "",
+        "| round | site | tokens | weight | before | after | global | train s | average s | evaluate s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_num(r['weight'])} | {_num(r['local_before'])} | "
+            f"{_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | {_secs(r['average_s'])} | {_secs(r['evaluate_s'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_table(fed: FederationConfig, root: FederationDir) -> None:
+    from ..rundir import write_json_atomic
+
+    write_json_atomic(root.table_json, {"federation": fed.name, "base": base_losses(fed, root), "rows": table_rows(fed, root)})
+    root.table_markdown.write_text(table_markdown(fed, root), encoding="utf-8")
+    _plot(fed, root)
+
+
+def _plot(fed: FederationConfig, root: FederationDir) -> None:
+    """Loss by round for every site: under the global model (solid) and after local training (dashed)."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font cache notices are not the run's business
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, base = table_rows(fed, root), base_losses(fed, root)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, site in enumerate(fed.sites):
+        color = f"C{i}"
+        mine = [r for r in rows if r["site"] == site.name]
+        rounds = [0] + [r["round"] for r in mine if r["global"] is not None]
+        losses = [base[site.name]] + [r["global"] for r in mine if r["global"] is not None]
+        if base[site.name] is not None:
+            ax.plot(rounds, losses, "o-", color=color, label=f"{site.name}: global model")
+        ax.plot([r["round"] for r in mine], [r["local_after"] for r in mine], "s--", color=color, alpha=0.7, label=f"{site.name}: after local training")
+    ax.set_xlabel("round")
+    ax.set_ylabel("eval loss on the site's validation data")
+    ax.set_title(f"federation {fed.name}")
+    ax.set_xticks(range(0, fed.rounds + 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = root.plot.with_name(f".{root.plot.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(root.plot)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def status_text(fed: FederationConfig, root: FederationDir) -> str:
+    """What `supertune federate --status DIR` prints."""
+    return table_markdown(fed, root)
+
+
+def table_json_text(fed: FederationConfig, root: FederationDir) -> str:
+    return json.dumps({"federation": fed.name, "base": base_losses(fed, root), "rows": table_rows(fed, root)}, indent=2)

@@ -1,0 +1,121 @@
+"""The one place where a new run's config is resolved, once, when the run is created:
+
+    defaults < cluster profile's run_config < base (a saved run's settings) < YAML file < command line
+
+The profile is a site's default that the user's file and command line can change; what a site
+cannot do (bf16 on V100s) is refused by `checks.site_problems` instead of being overridden behind
+the user's back. The result is written into the run directory as config.yaml, with
+`resolution.json` saying which layers and which profile files (with sha256) made it; from then on
+every process reads that config.yaml as it is (`load_run_dir_config`), whatever launch.cluster says.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..clusters import ProfileError, load_profile_with_sources
+from ..clusters.schema import ClusterProfile
+from ..config.build import build_config
+from ..config.errors import ConfigError
+from ..config.load import absolute_paths
+from ..config.overrides import OverrideValue, parse_overrides
+from ..config.schema import RunConfig
+from ..config.validate import config_problems
+from ..config.yaml_file import read_config_file
+from ..errors import UserError
+from .checks import bundle_problems, deep_problems, site_problems
+from .layers import Layer, merge_layers, origins
+
+__all__ = ["Resolution", "resolve", "resolve_run_config", "load_run_dir_config", "COMMAND_LINE"]
+
+COMMAND_LINE = "command line"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A resolved run config and how it came to be."""
+
+    config: RunConfig
+    layers: tuple[Layer, ...]
+    """Lowest first; the defaults are below all of them."""
+    profile: ClusterProfile | None
+    overrides: tuple[str, ...]
+
+    def origins(self) -> dict[str, str]:
+        """Dotted key -> the layer that set it (keys at their default are left out)."""
+        return origins(list(self.layers))
+
+
+def resolve(
+    path: str | os.PathLike[str] | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    base_name: str = "base",
+) -> Resolution:
+    """Resolve a new run's config from its layers; one ConfigError lists every problem found."""
+    user_layers = []
+    if base:
+        user_layers.append(Layer(base_name, base))
+    if path:
+        user_layers.append(Layer(str(path), read_config_file(path), (os.path.abspath(path),)))
+    cli = parse_overrides(overrides) if overrides else {}
+    if cli:
+        user_layers.append(Layer(COMMAND_LINE, cli))
+    problems: list[str] = []
+    profile, profile_layer = _profile_layer(_cluster_name(merge_layers(user_layers)), problems)
+    layers = ([profile_layer] if profile_layer else []) + user_layers
+    try:
+        cfg = build_config(RunConfig, merge_layers(layers))
+    except ConfigError as exc:
+        raise ConfigError(problems + exc.problems) from None
+    _check(cfg, profile, problems)
+    return Resolution(absolute_paths(cfg), tuple(layers), profile, tuple(overrides or ()))
+
+
+def resolve_run_config(
+    path: str | os.PathLike[str] | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+) -> RunConfig:
+    """The resolved config alone (see `resolve`)."""
+    return resolve(path, overrides, base).config
+
+
+def load_run_dir_config(path: str | os.PathLike[str]) -> RunConfig:
+    """A run directory's config.yaml as it was resolved (no layer applied again), checked again here,
+    in the process that trains: its files and its DeepSpeed may differ from the submitting machine's."""
+    cfg = build_config(RunConfig, read_config_file(path))
+    _check(cfg, None, [])
+    return absolute_paths(cfg)
+
+
+def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) -> None:
+    """Every check, all problems in one ConfigError: the config's own, the site's, then (for a config
+    sound so far, since they may import transformers or DeepSpeed) the model's and the strategy's."""
+    problems += config_problems(cfg) + site_problems(cfg, profile) + bundle_problems(cfg)
+    if not problems:
+        problems += deep_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _cluster_name(data: dict[str, Any]) -> str:
+    launch = data.get("launch")
+    name = launch.get("cluster", "local") if isinstance(launch, dict) else "local"
+    if isinstance(name, OverrideValue):
+        name = name.raw
+    return name if isinstance(name, str) else "local"  # a wrong type is reported by the build
+
+
+def _profile_layer(name: str, problems: list[str]) -> tuple[ClusterProfile | None, Layer | None]:
+    """The profile named by launch.cluster and its run_config as a layer; problems are collected."""
+    try:
+        profile, sources = load_profile_with_sources(name)
+    except ProfileError as exc:
+        problems += exc.problems
+        return None, None
+    except UserError as exc:  # an unknown name, with the known ones and a close match
+        problems.append(str(exc))
+        return None, None
+    files = tuple(str(f) for f in (sources.shipped, sources.user) if f is not None)
+    return profile, Layer(f"profile {name}", profile.run_config, files)

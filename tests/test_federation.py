@@ -1,0 +1,170 @@
+"""`supertune federate` on this machine: two sites, each on its own corpus, three rounds; the table and
+plot; resuming after a SIGKILL during a site's training and during the average reaches the same
+global model as a federation that was never interrupted; every bad federation config at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from supertune.federation.default import site_corpus
+
+TINY_SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=4", "data.max_eval_samples=24"]
+
+
+def _federation(tmp_path: Path, rounds: int = 3, **extra) -> Path:
+    sites = []
+    for name in ("site-a", "site-b"):
+        train, validation = site_corpus(name)
+        sites.append({
+            "name": name,
+            "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *TINY_SITE],
+            "steps_per_round": 8,
+        })  # fmt: skip
+    config = {"name": "fed-test", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": rounds, "sites": sites, **extra}
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _federate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    merged = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True, env=merged, timeout=timeout)
+
+
+def _global(directory: Path, number: int) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for f in sorted((directory / f"round-{number:03d}" / "global").glob("*.safetensors")):
+        if "momentum" not in f.name:
+            out.update(load_file(f))
+    return out
+
+
+def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys() and a
+    return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("federation")
+    fed_dir = root / "fed"
+    proc = _federate(str(_federation(root)), "--dir", str(fed_dir))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return fed_dir
+
+
+@pytest.mark.slow
+def test_three_rounds_make_a_global_model_better_than_the_base_on_every_site(uninterrupted: Path) -> None:
+    table = json.loads((uninterrupted / "rounds.json").read_text())
+    assert [(r["round"], r["site"]) for r in table["rows"]] == [(n, s) for n in (1, 2, 3) for s in ("site-a", "site-b")]
+    for site in ("site-a", "site-b"):
+        last = next(r for r in table["rows"] if r["round"] == 3 and r["site"] == site)
+        assert last["global"] < table["base"][site], (site, last, table["base"])
+        assert last["tokens"] == 8 * 16 * 128  # steps x global batch x block: packed, every token counts
+
+
+@pytest.mark.slow
+def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
+    table = json.loads((uninterrupted / "rounds.json").read_text())
+    for row in table["rows"]:
+        rd = uninterrupted / f"round-{row['round']:03d}"
+        trained = json.loads((rd / row["site"] / "trained.json").read_text())
+        evaluated = json.loads((rd / row["site"] / "evaluated.json").read_text())
+        before = json.loads((uninterrupted / f"round-{row['round'] - 1:03d}" / row["site"] / "evaluated.json").read_text())
+        averaged = json.loads((rd / "averaged.json").read_text())
+        assert row["tokens"] == trained["tokens"] and row["local_after"] == trained["eval_loss"]
+        assert row["global"] == evaluated["eval_loss"] and row["local_before"] == before["eval_loss"]
+        assert row["weight"] == averaged["weights"][row["site"]]
+        # The site's training receipt points at the checkpoint the average used.
+        manifest = json.loads((rd / "global" / "supertune-average.json").read_text())
+        assert trained["checkpoint"] in [i["directory"] for i in manifest["inputs"]]
+    markdown = (uninterrupted / "rounds.md").read_text()
+    first = table["rows"][0]
+    assert f"| 1 | site-a | {first['tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |" in markdown
+    status = _federate("--status", str(uninterrupted))
+    assert status.returncode == 0 and status.stdout == markdown
+
+
+@pytest.mark.slow
+def test_the_plot_is_a_picture_with_data(uninterrupted: Path) -> None:
+    import matplotlib.image
+
+    picture = matplotlib.image.imread(uninterrupted / "rounds.png")
+    assert picture.shape[0] > 200 and picture.shape[1] > 300
+    assert len(np.unique(picture.reshape(-1, picture.shape[-1]), axis=0)) > 20  # lines and text, not a blank page
+
+
+@pytest.mark.slow
+def test_running_a_finished_federation_again_redoes_nothing(uninterrupted: Path) -> None:
+    receipts = sorted(uninterrupted.rglob("*.json"))
+    before = {p: p.stat().st_mtime_ns for p in receipts if p.name in ("trained.json", "averaged.json", "evaluated.json")}
+    again = _federate(str(uninterrupted))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming the federation" in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["step@4", "average.tensor@3"], ids=["kill-in-local-training", "kill-in-averaging"])
+def test_a_killed_federation_resumes_to_the_same_global_model(fault: str, uninterrupted: Path, tmp_path: Path) -> None:
+    fed_dir = tmp_path / "fed"
+    config = _federation(tmp_path)
+    killed = _federate(str(config), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": fault})
+    assert killed.returncode != 0
+    assert not (fed_dir / "round-003" / "averaged.json").exists()
+    resumed = _federate(str(fed_dir))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert _max_difference(_global(fed_dir, 3), _global(uninterrupted, 3)) <= 1e-5
+
+
+def test_every_problem_of_a_federation_config_at_once(tmp_path: Path) -> None:
+    bad = {
+        "name": "two words",
+        "rounds": 0,
+        "aggregation": {"server_momentum": 1.5, "weights": "tokenz"},
+        "sites": [
+            {"name": "a", "steps_per_round": 0, "where": "nowhere", "weight": 1.0},
+            {"name": "a", "config": "missing.yaml", "login": "me@login.example.org"},
+        ],
+    }
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    proc = _federate(str(path), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    err = proc.stderr
+    assert "aggregation.weights: 'tokenz' is not one of tokens, samples, uniform" in err  # types first
+    bad["aggregation"]["weights"] = "tokens"
+    path.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    err = _federate(str(path), timeout=120).stderr
+    for expected in (
+        "name: 'two words' cannot name the federation's folder",
+        "rounds: must be at least 1",
+        "aggregation.server_momentum: must be in [0, 1)",
+        "sites[0] (a).steps_per_round: must be at least 1",
+        "sites[0] (a).where: unknown cluster 'nowhere'",
+        "sites[1] (a).name: 'a' is used by another site",
+        "sites[1] (a).config:",
+        "sites[1] (a).login: only used with executor: streamflow",
+        "sites[].weight: given for some sites only",
+    ):
+        assert expected in err, (expected, err)
+
+
+def test_a_site_config_problem_names_the_site(tmp_path: Path) -> None:
+    path = _federation(tmp_path, rounds=1)
+    data = yaml.safe_load(path.read_text())
+    data["sites"][1]["overrides"].append("training.learning_rate=-1")
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    proc = _federate(str(path), "--dir", str(tmp_path / "fed"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "sites[1] (site-b): training.learning_rate: must be positive, got -1.0" in proc.stderr
+    assert not (tmp_path / "fed" / "round-001").exists()
