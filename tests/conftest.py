@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -24,3 +25,14 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture()
+def fresh_log_handlers():
+    """An in-process `train` (logging.basicConfig) leaves a root handler on the stderr pytest captured
+    for that test and has closed since; a later record sent there prints "--- Logging error ---"."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = []
+    yield
+    root.handlers = saved

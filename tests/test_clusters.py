@@ -3,6 +3,7 @@ every bad profile fails with one line naming the file and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -189,6 +190,9 @@ def test_bad_user_key_is_one_line_naming_file_and_key(user_dir, capsys):
         ("run_config: {training: {bf17: true}}\n", "run_config.training.bf17: unknown key (did you mean training.bf16?)"),
         ("name: leonardo\n", "name: 'leonardo' differs from the file name"),
         ("gpus_per_node: [8\n", "is not valid YAML at line 2"),
+        ("module_use: [appl/modules]\n", "module_use[0]: 'appl/modules' is not an absolute directory path"),
+        ("module_use: ['/appl/my modules']\n", "module_use[0]: '/appl/my modules' is not an absolute directory path"),
+        ("container: {cotainr_system: 'lumi g'}\n", "container.cotainr_system: 'lumi g' is not a cotainr system name"),
     ],
 )
 def test_bad_user_profile_names_file_and_key(user_dir, text, expected):
@@ -269,3 +273,20 @@ def test_loading_profiles_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+def test_module_search_paths_come_before_the_modules_in_every_job_script():
+    """LUMI's AI guide: `module use` of its training modules, then `module load` of modules found there.
+    The training job script and the prepare jobs render the same section."""
+    from supertune.slurm.prepare_script import PrepareJob, render_array_script
+    from supertune.slurm.script import modules_section
+
+    lumi = load_profile("lumi")
+    assert lumi.module_use == ["/appl/local/training/modules/AI-20240529"] and lumi.modules == ["singularity-CPEbits"]
+    lines = modules_section(lumi).splitlines()
+    assert lines[-3:] == ["module use /appl/local/training/modules/AI-20240529", "module load singularity-CPEbits", "set -u"]
+    purged = dataclasses.replace(lumi, module_purge=True, module_use=["/a/x", "/b/y"], modules=[])
+    assert modules_section(purged).splitlines()[-3:] == ["module purge", "module use /a/x /b/y", "set -u"]
+    job = PrepareJob("p", "/w", "/o", 2, 4, "01:00:00", None, None, None, None, (), "python3")
+    assert "\nmodule use /appl/local/training/modules/AI-20240529\nmodule load singularity-CPEbits\n" in render_array_script(job, lumi, [0, 1])
+    assert modules_section(load_profile("local")) == ""

@@ -15,6 +15,8 @@ def files(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"text": "hello world"}\n' * 20)
     (tmp_path / "notes.xyz").write_text("x")
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "model" / "tokenizer.json").write_text("{}")
     (tmp_path / "bad.yaml").write_text("training:\n  max_steps: [1\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "three.yaml").write_text("training:\n  max_steps: -5\n  learning_rate: fast\ndata:\n  blocksize: 8\n")

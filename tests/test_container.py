@@ -171,3 +171,14 @@ def test_container_module_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_cotainr_builds_on_the_site_system_where_its_cotainr_has_one(tmp_path, capsys):
+    """LUMI's cotainr picks LUMI's ROCm base image with --system=lumi-g; elsewhere a plain Ubuntu base."""
+    write("lumi", tmp_path / "lumi")
+    out = capsys.readouterr().out
+    assert f"cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env={tmp_path / 'lumi' / 'environment.yml'}" in out
+    assert "--base-image" not in out.split("cotainr build", 1)[1]
+    assert "#   cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env=environment.yml" in (tmp_path / "lumi" / "environment.yml").read_text()
+    write("leonardo", tmp_path / "leonardo")
+    assert "cotainr build supertune-leonardo-conda.sif --base-image=docker://ubuntu:24.04 --conda-env=" in capsys.readouterr().out

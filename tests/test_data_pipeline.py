@@ -152,7 +152,7 @@ def test_a_stream_too_small_for_one_block_is_a_clear_error(tokenizer, tmp_path):
 def test_block_larger_than_the_data_is_a_clear_error(tokenizer, tmp_path):
     path = tmp_path / "tiny.jsonl"
     path.write_text("".join(json.dumps({"text": f"tiny {i}"}) + "\n" for i in range(10)))
-    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.block_size=4096"])
+    cfg = resolve_run_config(None, [f"data.train_files={path}", "data.block_size=1024"])
     with pytest.raises(UserError, match="data.block_size: the training split has"):
         build_training_data(cfg.data, tokenizer, seed=0, context_length=8192)
 

@@ -168,3 +168,51 @@ def test_a_site_config_problem_names_the_site(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "sites[1] (site-b): training.learning_rate: must be positive, got -1.0" in proc.stderr
     assert not (tmp_path / "fed" / "round-001").exists()
+
+
+@pytest.mark.slow
+def test_kept_optimizer_state_carries_the_moments_into_the_next_round(tmp_path: Path) -> None:
+    import torch
+
+    fed_dir = tmp_path / "fed"
+    proc = _federate(str(_federation(tmp_path, rounds=2, optimizer_state="kept")), "--dir", str(fed_dir))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for site in ("site-a", "site-b"):
+        first = json.loads((fed_dir / "round-001" / site / "trained.json").read_text())
+        second = json.loads((fed_dir / "round-002" / site / "trained.json").read_text())
+        config = yaml.safe_load((fed_dir / "round-002" / site / "site.yaml").read_text())
+        assert config["training"]["init_optimizer_from"] == first["checkpoint"]
+        state = torch.load(Path(second["checkpoint"]) / "optimizer.pt", weights_only=True)["state"]
+        # AdamW counts its steps per parameter: 8 of round 1 carried on, then 8 more.
+        assert {int(s["step"]) for s in state.values()} == {16}
+
+
+def test_the_key_reference_in_the_docs_is_current(repo: Path) -> None:
+    from supertune.federation.docs import federation_keys_markdown
+
+    assert federation_keys_markdown() in (repo / "docs" / "federated.md").read_text(encoding="utf-8"), (
+        "docs/federated.md: replace the block between the federation keys markers with supertune.federation.docs.federation_keys_markdown()"
+    )
+
+
+def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) -> None:
+    """Its data lives at the site: paths that do not exist here pass, a wrong type does not."""
+    from supertune.config.errors import ConfigError
+    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.sites import resolve_sites
+
+    remote = ["data.train_files=/site/scratch/corpus/*.jsonl", "data.validation_files=/site/scratch/valid.jsonl"]
+    def fed(*extra: str) -> FederationConfig:
+        return FederationConfig(executor="streamflow", sites=[
+            SiteConfig(name="far", login="me@login.example.org", workdir="/site/work", overrides=[*remote, *extra]),
+            SiteConfig(name="near", overrides=["generate.max_new_tokens=0"]),
+        ])  # fmt: skip
+
+    [far, _] = resolve_sites(fed())
+    assert far.config.data.train_files == ["/site/scratch/corpus/*.jsonl"]  # as written: expanded at the site
+    with pytest.raises(ConfigError) as refused:
+        resolve_sites(fed("training.max_steps=abc"))
+    assert "sites[0] (far): training.max_steps: expected an integer" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        resolve_sites(FederationConfig(sites=[SiteConfig(name="a", overrides=remote), SiteConfig(name="b")]))
+    assert "sites[0] (a): data.train_files: glob '/site/scratch/corpus/*.jsonl' matches no file" in str(refused.value)

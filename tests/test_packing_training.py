@@ -168,13 +168,20 @@ def test_document_mask_without_packing_is_refused(files, tmp_path, capsys):
     assert "data.document_mask: needs data.packing=true" in err
 
 
+def _tokenizer_override() -> str:
+    """The model directories below hold a config alone: the tokenizer comes from elsewhere (validation refuses a model directory without one)."""
+    from supertune.defaults import default_tokenizer
+
+    return f"model.tokenizer={default_tokenizer()}"
+
+
 def test_a_model_type_that_ignores_the_boundaries_is_refused(files, tmp_path, capsys):
     from transformers import OPTConfig
 
     model_dir = tmp_path / "opt"
     OPTConfig(vocab_size=2000, hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4, word_embed_proj_dim=32,
               max_position_embeddings=64).save_pretrained(model_dir)
-    args = [*COMMON, *_data(files), f"model.name_or_path={model_dir}", "model.from_config=true", "model.config_overrides={}"]
+    args = [*COMMON, *_data(files), f"model.name_or_path={model_dir}", "model.from_config=true", "model.config_overrides={}", _tokenizer_override()]
     assert main(["train", "--run-dir", str(tmp_path / "run"), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("supertune: error: data.document_mask: model type 'opt' is not verified"), err[-3:]
@@ -233,13 +240,13 @@ def test_the_model_check_before_a_run_reads_the_model_type_from_its_config(files
     GPT2Config(n_layer=1).save_pretrained(tmp_path / "gpt2")
 
     def problems(*args: str) -> list[str]:
-        cfg = resolve_run_config(None, [*_data(files), *args])
+        cfg = resolve_run_config(None, [*_data(files), *args, _tokenizer_override()])
         return document_mask_problems(cfg.model, cfg.data)
 
     assert problems("data.document_mask=true") == []  # the embedded Llama
     assert problems("data.document_mask=true", f"model.name_or_path={tmp_path / 'gpt2'}", "model.from_config=true") == []
     # Config resolution itself refuses it, before anything is created.
     with pytest.raises(ConfigError) as refused:
-        resolve_run_config(None, [*_data(files), "data.document_mask=true", f"model.name_or_path={tmp_path / 'opt'}", "model.from_config=true"])
+        resolve_run_config(None, [*_data(files), "data.document_mask=true", f"model.name_or_path={tmp_path / 'opt'}", "model.from_config=true", _tokenizer_override()])
     assert str(refused.value).startswith("data.document_mask: model type 'opt' is not verified")
     assert problems(f"model.name_or_path={tmp_path / 'opt'}", "model.from_config=true") == []  # not asked for

@@ -234,3 +234,146 @@ def test_one_process_ddp_needs_no_wrapper():
 
     model = torch.nn.Linear(2, 2)
     assert check_wrapped("ddp", model, model, 1, 1)["held_fraction"] == 1.0
+
+
+# --- your own DeepSpeed config (distributed.deepspeed_config) and single settings (distributed.deepspeed) ---
+
+def _resolved(tmp_path, *overrides):
+    from supertune.resolve import resolve_run_config
+
+    return resolve_run_config(None, list(overrides))
+
+
+def _json(tmp_path, data, name="ds.json"):
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+TWCC_ZERO2 = {  # the shape of the TWCC recipe's ZeRO-2 file: "auto" where the Trainer knows the value
+    "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
+    "zero_optimization": {"stage": 2, "allgather_partitions": True, "allgather_bucket_size": 2e8, "overlap_comm": True,
+                          "reduce_scatter": True, "reduce_bucket_size": 2e8, "contiguous_gradients": True},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto", "steps_per_print": 2000, "wall_clock_breakdown": False,
+}
+
+
+def test_your_file_is_the_base_and_only_what_must_agree_is_filled(tmp_path):
+    path = _json(tmp_path, TWCC_ZERO2)
+    cfg = _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}")
+    ds = deepspeed_config(cfg)
+    # the file's own settings, as written
+    assert ds["zero_optimization"]["allgather_bucket_size"] == 2e8 and ds["zero_optimization"]["reduce_scatter"] is True
+    assert ds["fp16"]["initial_scale_power"] == 16 and ds["steps_per_print"] == 2000
+    # what supertune fills: from the training section, through "auto"; train_batch_size left to DeepSpeed
+    assert ds["bf16"] == {"enabled": "auto"} and ds["train_micro_batch_size_per_gpu"] == "auto"
+    assert "train_batch_size" not in ds and "optimizer" not in ds
+    assert checks.strategy_problems(cfg) == []
+
+
+def test_a_conflicting_value_is_refused_naming_both(tmp_path, capsys):
+    data = dict(TWCC_ZERO2, gradient_clipping=0.5, train_micro_batch_size_per_gpu=4, bf16={"enabled": True})
+    data["zero_optimization"] = dict(data["zero_optimization"], offload_optimizer={"device": "cpu"})
+    path = _json(tmp_path, data)
+    code = main(["config", "show", "distributed.strategy=zero3", f"distributed.deepspeed_config={path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("supertune: error: 5 problems in the config:"), err
+    where = f"distributed.deepspeed_config ({path})"
+    for line in (
+        f"{where}: gradient_clipping is 0.5, but training.max_grad_norm is 1.0; remove it there (supertune fills it from training.max_grad_norm) or set training.max_grad_norm=0.5",
+        f"{where}: train_micro_batch_size_per_gpu is 4, but training.per_device_train_batch_size is 16;",
+        f"{where}: bf16.enabled is True, but training.bf16 is false;",
+        f"{where}: zero_optimization.stage is 2, but distributed.strategy is zero3; remove it there (supertune fills it from distributed.strategy) or set distributed.strategy=zero2",
+        f"{where}: zero_optimization.offload_optimizer.device is 'cpu', but distributed.offload is none;",
+    ):
+        assert line in err, (line, err)
+
+
+def test_train_batch_size_is_the_global_batch(tmp_path):
+    from supertune.config.errors import ConfigError
+
+    path = _json(tmp_path, {"train_batch_size": 16, "zero_optimization": {"stage": 2}})
+    with pytest.raises(ConfigError, match=r"train_batch_size is 16; set training.global_batch_size=16 instead"):
+        _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}")
+    cfg = _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}", "training.global_batch_size=16",
+                    "training.per_device_train_batch_size=8")
+    assert "train_batch_size" not in deepspeed_config(cfg)  # DeepSpeed derives it for any process count
+    with pytest.raises(ConfigError, match="train_batch_size is 16, but training.global_batch_size is 32"):
+        _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}", "training.global_batch_size=32")
+
+
+def test_single_settings_go_where_deepspeed_reads_them(tmp_path):
+    cfg = _resolved(tmp_path, "distributed.strategy=zero2", "distributed.deepspeed.reduce_bucket_size=1e7",
+                    "distributed.deepspeed.overlap_comm=false", "distributed.deepspeed.zero_optimization.contiguous_gradients=false",
+                    "distributed.deepspeed.steps_per_print=10")
+    ds = deepspeed_config(cfg)
+    zero = ds["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 10_000_000 and isinstance(zero["reduce_bucket_size"], int)
+    assert zero["overlap_comm"] is False and zero["contiguous_gradients"] is False and ds["steps_per_print"] == 10
+    # the rest is supertune's generated config
+    assert zero["stage"] == 2 and ds["gradient_clipping"] == "auto"
+    assert checks.strategy_problems(cfg) == []
+    from supertune.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"distributed.deepspeed.gradient_clipping: gradient_clipping is 0.5, but training.max_grad_norm is 1.0"):
+        _resolved(tmp_path, "distributed.strategy=zero2", "distributed.deepspeed.gradient_clipping=0.5")
+
+
+def test_a_yaml_file_with_offload_gets_the_cpu_optimizer_and_the_gathered_save(tmp_path):
+    path = tmp_path / "ds.yaml"
+    path.write_text("zero_optimization:\n  stage: 3\n  reduce_bucket_size: 5e8\n  offload_param: {device: cpu}\n")
+    cfg = _resolved(tmp_path, "distributed.strategy=zero3", "distributed.offload=cpu", f"distributed.deepspeed_config={path}")
+    ds = deepspeed_config(cfg)
+    zero = ds["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 500_000_000  # YAML 1.1 reads 5e8 as text
+    assert zero["offload_param"] == {"device": "cpu"} and zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert ds["optimizer"]["type"] == "AdamW" and zero["stage3_gather_16bit_weights_on_model_save"] is True
+    assert checks.strategy_problems(cfg) == []
+    path.write_text("zero_optimization: {stage: 3, stage3_gather_16bit_weights_on_model_save: false}\n")
+    from supertune.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the final model .output.save_model. is saved by gathering the ZeRO-3 weights"):
+        _resolved(tmp_path, "distributed.strategy=zero3", f"distributed.deepspeed_config={path}")
+
+
+def test_deepspeed_still_checks_what_your_file_says(tmp_path, capsys):
+    path = _json(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_sise": 5}})
+    code = main(["config", "show", "distributed.strategy=zero2", f"distributed.deepspeed_config={path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "distributed.strategy: DeepSpeed rejects this zero2 setup:" in err and "reduce_bucket_sise" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["distributed.deepspeed_config={dir}/none.json", "distributed.strategy=zero2"], "distributed.deepspeed_config: file '{dir}/none.json' does not exist"),
+    (["distributed.deepspeed_config={dir}/ds.txt", "distributed.strategy=zero2"], "is neither .json nor .yaml/.yml"),
+    (["distributed.deepspeed_config={dir}/ds.json"], "distributed.deepspeed_config: set while distributed.strategy is ddp"),
+    (["distributed.deepspeed.overlap_comm=false"], "distributed.deepspeed: set while distributed.strategy is ddp"),
+    (["distributed.deepspeed_config={dir}/bad.json", "distributed.strategy=zero2"], "bad.json' is not valid JSON"),
+])
+def test_unusable_files_are_one_line(tmp_path, capsys, args, expected):
+    _json(tmp_path, {"zero_optimization": {"stage": 2}})
+    (tmp_path / "ds.txt").write_text("{}")
+    (tmp_path / "bad.json").write_text("{stage: 2")
+    code = main(["config", "show", *(a.format(dir=tmp_path) for a in args)])
+    err = capsys.readouterr().err
+    assert code == 2 and expected.format(dir=tmp_path) in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_zero_option_names_are_deepspeeds():
+    with checks._quiet_deepspeed():
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from supertune.distributed.deepspeed_user import ZERO_KEYS
+
+    fields = DeepSpeedZeroConfig.model_fields
+    assert ZERO_KEYS >= set(fields) | {f.alias for f in fields.values() if f.alias}
+
+
+def test_a_misspelt_zero_option_is_not_passed_on_silently(capsys):
+    code = main(["config", "show", "distributed.strategy=zero2", "distributed.deepspeed.reduce_bucket_sise=5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "distributed.deepspeed.reduce_bucket_sise: not a ZeRO option (did you mean reduce_bucket_size?)" in err

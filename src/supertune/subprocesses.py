@@ -1,15 +1,16 @@
-"""The one module that starts other programs (torchrun today); everything else asks it."""
+"""The one module that starts other programs (torchrun, Slurm's commands, StreamFlow); everything else asks it."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Captured", "run_captured", "run_foreground", "run_logged"]
+__all__ = ["Captured", "run_captured", "run_foreground", "run_logged", "run_group_logged", "end_group"]
 
 
 def run_foreground(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
@@ -46,6 +47,96 @@ def run_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)
             return proc.wait()
+
+
+def run_group_logged(argv: Sequence[str], logfile: Path, group_file: Path, env: Mapping[str, str] | None = None, grace: float = 30.0) -> int:
+    """Run a program in a process group of its own, output appended to `logfile`; its exit code.
+
+    For programs that start programs of their own and do not always end them (StreamFlow leaves its
+    local steps running when it fails or is interrupted): when the program has exited, or Ctrl-C
+    reached this process, whatever is left of its group gets SIGTERM and, `grace` seconds later,
+    SIGKILL. The group's id is kept in `group_file` while it runs, so that after a SIGKILL of this
+    process (the program then dies with it, its children not) `end_group` can end the rest.
+    """
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    with logfile.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        group_file.write_text(f"{proc.pid}\n", encoding="utf-8")
+        try:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                _signal_group(proc.pid, signal.SIGINT)
+                try:
+                    return proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    return proc.wait()
+        finally:
+            _end_group(proc.pid, grace)
+            group_file.unlink(missing_ok=True)
+
+
+def end_group(group_file: Path, marker: str, grace: float = 30.0) -> bool:
+    """End what is left of a group that `run_group_logged` started and could not end (this process
+    was killed): only when one of its processes still runs with `marker` in its command line (a
+    process group id is reused once all of its processes are gone). True when there was one."""
+    try:
+        pgid = int(group_file.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return False
+    found = any(marker in command for command in _group_commands(pgid) or [])
+    if found:
+        _end_group(pgid, grace)
+    group_file.unlink(missing_ok=True)
+    return found
+
+
+def _group_commands(pgid: int) -> list[str] | None:
+    """Command lines of the live processes (zombies left out) in group `pgid`; None without /proc."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    commands = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # The command name in parentheses may hold spaces: the fields after the last ')' are fixed.
+            fields = stat.read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                commands.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+    return commands
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # the id now belongs to someone else's group
+    return True
+
+
+def _end_group(pgid: int, grace: float) -> None:
+    """SIGTERM to every process left in the group, SIGKILL to those still there after `grace` seconds.
+    Zombies do not count: where nothing reaps orphans (a container without an init), they stay."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        live = _group_commands(pgid)
+        if (live is not None and not live) or (live is None and not _signal_group(pgid, 0)):
+            return
+        time.sleep(0.2)
+    _signal_group(pgid, signal.SIGKILL)
 
 
 def _die_with_parent() -> None:

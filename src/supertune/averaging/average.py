@@ -158,16 +158,18 @@ def _digest(path: Path) -> dict:
 
 
 def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, str]:
-    """Every input file's sha256; a checkpoint input whose files differ from its manifest is refused."""
+    """Every input file's sha256; a checkpoint or saved model whose files differ from its manifest is refused."""
     digests = {path: future.result() for path, future in hashes.items()}
     problems = []
     for i, inp in enumerate(job.inputs):
-        if inp.checkpoint is None:
+        recorded = inp.checkpoint.files if inp.checkpoint is not None else inp.model_files
+        if recorded is None:
             continue
+        kind = "checkpoint" if inp.checkpoint is not None else "model"
         for path in inp.files:
-            expected = inp.checkpoint.files.get(path.name)
+            expected = recorded.get(path.name)
             if expected is not None and expected["sha256"] != digests[path]:
-                problems.append(f"{inp.label(i)}: {path.name} does not match its checkpoint manifest (sha256); the checkpoint is damaged, average another one")
+                problems.append(f"{inp.label(i)}: {path.name} does not match its {kind} manifest (sha256); the {kind} is damaged, average another one")
     if problems:
         raise UserError(joined_problems(problems))
     return digests

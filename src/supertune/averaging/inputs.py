@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints.layout import CheckpointDir
-from ..checkpoints.manifest import MANIFEST_FILE, CheckpointManifest, read_manifest
+from ..checkpoints.manifest import MANIFEST_FILE, MODEL_MANIFEST_FILE, CheckpointManifest, model_manifest_size_problems, read_manifest
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
 from .tensor_files import INDEX_SUFFIX, WeightFiles
@@ -69,6 +69,8 @@ class ModelInput:
     samples_source: str
     checkpoint: CheckpointManifest | None = None
     """The checkpoint manifest, when the weights are a checkpoint's (its hashes are checked)."""
+    model_files: dict[str, dict[str, Any]] | None = None
+    """A saved model's manifest (supertune-model.json: a run's model/): {file: {size, sha256}}, checked like a checkpoint's."""
     side_files: list[str] = field(default_factory=list)
     """Config, generation config, adapter config and tokenizer files present beside the weights."""
 
@@ -213,6 +215,10 @@ def _make(text: str, directory: Path, described: str, tokens: tuple[int | None, 
         raise UserError(f"MODEL {text}: no weights to average in {directory} ({hint})")
     adapter = name == ADAPTER_WEIGHTS
     side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + ([ADAPTER_CONFIG] if adapter else [])
+    # Sizes against the manifest now (a stat per file); the sha256 is compared while the average reads every file.
+    damaged = model_manifest_size_problems(directory)
+    if damaged:
+        raise UserError(f"MODEL {text}: {damaged[0]}; the model is damaged, average another one")
     return ModelInput(
         arg=text,
         directory=directory,
@@ -224,4 +230,14 @@ def _make(text: str, directory: Path, described: str, tokens: tuple[int | None, 
         samples=samples[0],
         samples_source=samples[1],
         side_files=[f for f in side if (directory / f).is_file()],
+        model_files=_model_manifest(directory),
     )
+
+
+def _model_manifest(directory: Path) -> dict[str, dict[str, Any]] | None:
+    """The file table of a saved model's manifest (checked readable by model_manifest_size_problems), or None."""
+    path = directory / MODEL_MANIFEST_FILE
+    if not path.is_file():
+        return None
+    files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    return {str(k): v for k, v in files.items()}

@@ -1,5 +1,9 @@
 """The manifest of a checkpoint: what it holds (step, tokens, data position) and every file's size
-and sha256, written last into the checkpoint so that a checkpoint without one is incomplete."""
+and sha256, written last into the checkpoint so that a checkpoint without one is incomplete.
+
+A run's final model/ gets a manifest of its own (MODEL_MANIFEST_FILE: the files' sizes and sha256
+alone), checked wherever a saved model is loaded: `eval`, `generate`, training from it, averaging.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,29 @@ from typing import Any
 
 from ..file_hashes import sha256_files
 
-__all__ = ["MANIFEST_FILE", "FORMAT", "CheckpointManifest", "file_digests", "write_manifest", "read_manifest", "check_files"]
+__all__ = [
+    "MANIFEST_FILE",
+    "MODEL_MANIFEST_FILE",
+    "FORMAT",
+    "VERIFY_MODES",
+    "CheckpointManifest",
+    "file_digests",
+    "write_manifest",
+    "read_manifest",
+    "check_files",
+    "write_model_manifest",
+    "model_manifest_size_problems",
+    "verify_model_files",
+]
 
 MANIFEST_FILE = "supertune-checkpoint.json"
+MODEL_MANIFEST_FILE = "supertune-model.json"
+"""Sizes and sha256 of a saved model's files, written last into <run dir>/model."""
+_AVERAGE_MANIFEST = "supertune-average.json"  # supertune.averaging.inputs.AVERAGE_MANIFEST: its "files" are the same table
 FORMAT = 1
+VERIFY_MODES = ("auto", "sha256", "size", "none")
+"""How a saved model is checked against its manifest: auto is sha256 up to AUTO_SHA256_BYTES, size above."""
+AUTO_SHA256_BYTES = 4 << 30
 
 
 @dataclass
@@ -43,13 +66,13 @@ class CheckpointManifest:
         return sum(int(f["size"]) for f in self.files.values())
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
+def file_digests(root: Path, manifest_name: str = MANIFEST_FILE) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every file under `root` (the manifest itself excluded).
 
     Hashing reads the whole checkpoint once more (about 1 s per GB and thread); the files are
     hashed in parallel threads, since hashlib releases the GIL on large buffers.
     """
-    paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != manifest_name)
     digests = sha256_files(paths)
     return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": d} for p, d in zip(paths, digests)}
 
@@ -84,8 +107,12 @@ def read_manifest(root: Path) -> CheckpointManifest:
 def check_files(root: Path, manifest: CheckpointManifest) -> list[str]:
     """What is wrong with the files of a checkpoint against its manifest (empty: nothing): sizes
     first, then sha256 (reads everything)."""
+    return _check_table(root, manifest.files, hashes=True)
+
+
+def _check_table(root: Path, files: dict[str, dict[str, Any]], hashes: bool) -> list[str]:
     problems = []
-    for rel, expected in sorted(manifest.files.items()):
+    for rel, expected in sorted(files.items()):
         path = root / rel
         if not path.is_file():
             problems.append(f"{rel}: missing")
@@ -93,8 +120,69 @@ def check_files(root: Path, manifest: CheckpointManifest) -> list[str]:
         size = path.stat().st_size
         if size != expected["size"]:
             problems.append(f"{rel}: {size} bytes, manifest says {expected['size']}")
-    if problems:
+    if problems or not hashes:
         return problems
-    names = sorted(manifest.files)
+    names = sorted(files)
     digests = sha256_files([root / rel for rel in names])
-    return [f"{rel}: sha256 differs from the manifest" for rel, d in zip(names, digests) if d != manifest.files[rel]["sha256"]]
+    return [f"{rel}: sha256 differs from the manifest" for rel, d in zip(names, digests) if d != files[rel]["sha256"]]
+
+
+def write_model_manifest(root: Path) -> None:
+    """Record the size and sha256 of every file of a saved model directory, written last and flushed."""
+    record = {"format": FORMAT, "kind": "model", "files": file_digests(root, MODEL_MANIFEST_FILE), "created_unix": time.time()}
+    tmp = root / f".{MODEL_MANIFEST_FILE}.tmp"
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / MODEL_MANIFEST_FILE)
+
+
+def _model_table(root: Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    """(manifest name, {file: {size, sha256}}) of the first manifest a model directory has: its own,
+    an average's or a checkpoint's; None when it has none (a model from elsewhere). ValueError when unreadable."""
+    for name in (MODEL_MANIFEST_FILE, _AVERAGE_MANIFEST, MANIFEST_FILE):
+        path = Path(root) / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"{name} is unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        files = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(v, dict) and "size" in v and "sha256" in v for v in files.values()):
+            raise ValueError(f"{name} has no table of files with size and sha256")
+        if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in files):
+            raise ValueError(f"{name} names a file outside the directory")
+        return name, files
+    return None
+
+
+def model_manifest_size_problems(root: Path) -> list[str]:
+    """Missing files and wrong sizes against a model directory's manifest: a few stat calls, no reading."""
+    try:
+        found = _model_table(root)
+    except ValueError as exc:
+        return [str(exc)]
+    return [] if found is None else [f"{p} ({found[0]})" for p in _check_table(Path(root), found[1], hashes=False)]
+
+
+def verify_model_files(root: Path, mode: str = "auto") -> tuple[list[str], str]:
+    """(problems, what was checked) of a model directory against its manifest, by `mode` (VERIFY_MODES).
+
+    sha256 reads every file once (about 1 s per GB and core, the files hashed in parallel); size
+    compares sizes only and catches a truncated or missing file, not a changed byte.
+    """
+    if mode == "none":
+        return [], "not verified (--no-verify)"
+    try:
+        found = _model_table(root)
+    except ValueError as exc:
+        return [str(exc)], "manifest unreadable"
+    if found is None:
+        return [], "no manifest to verify against"
+    name, files = found
+    total = sum(int(v["size"]) for v in files.values())
+    hashes = mode == "sha256" or (mode == "auto" and total <= AUTO_SHA256_BYTES)
+    problems = [f"{p} ({name})" for p in _check_table(Path(root), files, hashes)]
+    return problems, f"{len(files)} files, {total / 1e6:.1f} MB, {'sha256' if hashes else 'sizes only'} against {name}"

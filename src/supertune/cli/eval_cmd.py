@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .model_verify_args import add_verify_arguments, verify_mode
+
 DESCRIPTION = (
     "Print the loss and perplexity of a saved model. A model inside a run directory is evaluated with that "
     "run's data settings (block size, template, text field) unless overridden; without --data, on the run's "
@@ -24,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="data/training overrides, e.g. data.block_size=256")
     p.add_argument("--data", nargs="+", metavar="FILE", help="evaluation files or globs (default: the run's validation data)")
     p.add_argument("--batch-size", type=int, help="sequences per evaluation batch")
+    add_verify_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size is not None:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config
-    metrics = evaluate_saved_model(args.model, cfg)
+    metrics = evaluate_saved_model(args.model, cfg, verify_mode(args))
     print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)")
     return 0
 

@@ -25,6 +25,8 @@ COMMANDS = {
     "prepare": ("prepare_cmd", "tokenize a run config's data once into a checked, memory-mapped token store"),
     "env": ("env_cmd", "this process's rank, world size, master address and launcher, as supertune sees them"),
     "doctor": ("doctor_cmd", "check this node's environment and name the fix; --comm measures the interconnect"),
+    "sweep": ("sweep_cmd", "the same run at several scales (SLURM jobs or local processes), grouped for `supertune report`"),
+    "report": ("report_cmd", "table and plots of a sweep or of runs: throughput, speedup, scaling efficiency, MFU, loss"),
 }
 
 EXAMPLES = """examples:
@@ -62,6 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`supertune config keys | head -1`): stop quietly, as a shell tool
+        # does on SIGPIPE, and keep the interpreter's final flush from raising again.
+        _quiet_stdout()
+        return 141
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (captured output): nothing is flushed to a pipe at exit
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     # Overrides may come after options (`train --nproc 2 a=b`), which argparse's positional
     # handling rejects; collect those leftovers into the command's overrides.

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"launch.nproc={args.nproc}")
     resolution = resolve(config, overrides)
     cfg = resolution.config
+    from ..doctor.startup import refuse_invisible_gpus
+
+    refuse_invisible_gpus()  # before a run directory exists: a GPU job that would train on the CPU
+    _check_start_model(cfg)
     run_dir = _run_dir(args, resolution)
     if run_dir is None:
         return 0
@@ -90,6 +94,19 @@ def run(args: argparse.Namespace) -> int:
     if launch_environment().is_main:
         _report(summary, run_dir)
     return 0
+
+
+def _check_start_model(cfg: Any) -> None:
+    """The weights a run starts from, against their manifest (sha256 up to 4 GiB, sizes above), before
+    a run directory exists: a damaged model is refused without leaving a run behind. Validation
+    compared sizes already; loading the model checks again only in other processes."""
+    import os
+
+    from ..modeling.model_files import check_saved_model
+
+    m = cfg.model
+    if m.name_or_path and not m.from_config:
+        check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
 
 
 def _run_dir(args: argparse.Namespace, resolution: Any) -> RunDir | None:

@@ -26,6 +26,8 @@ class ContainerSpec:
     """Bind mounts, "host[:container[:opts]]", e.g. /scratch or /project."""
     extra_args: list[str] = field(default_factory=list)
     """More runtime arguments before the image, e.g. ["--cleanenv"]."""
+    cotainr_system: str | None = None
+    """cotainr's --system for this site (e.g. lumi-g: the site's ROCm base image, as its cotainr install knows it), used instead of --base-image in the command `supertune container` prints."""
     torch_index_url: str | None = None
     """Extra pip index for torch in the conda environment `supertune container` writes, e.g. https://download.pytorch.org/whl/rocm6.4 for AMD; empty: PyPI's default (CUDA) build."""
 
@@ -62,6 +64,8 @@ class ClusterProfile:
     """Default quality of service."""
     account: str | None = None
     """Default account: a placeholder to replace with your project, e.g. project_465000000."""
+    module_use: list[str] = field(default_factory=list)
+    """Directories added to the module search path (`module use`), in order, before any module is loaded, e.g. /appl/local/training/modules/AI-20240529."""
     modules: list[str] = field(default_factory=list)
     """Environment modules loaded, in order, before the job starts."""
     module_purge: bool = False

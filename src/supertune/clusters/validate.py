@@ -21,6 +21,8 @@ _REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)$", re.IGNORECASE)
 _HF_TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
 _MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+$")
+_MODULE_PATH = re.compile(r"^/[A-Za-z0-9_./+:@-]*$")  # no spaces, quotes or $: the job script writes it as it is
+_COTAINR_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BIND_OPTIONS = {"ro", "rw"}
 # Image reference schemes an Apptainer definition can start from, and the Bootstrap agent of each.
 BOOTSTRAP_AGENTS = {"docker://": "docker", "oras://": "oras", "library://": "library"}
@@ -37,6 +39,9 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
 
     _check_hardware(p, bad)
     _check_scheduler(p, bad)
+    for i, path in enumerate(p.module_use):
+        if not path.startswith("/") or not _MODULE_PATH.match(path):
+            bad(f"module_use[{i}]", f"{path!r} is not an absolute directory path; write one per item, e.g. /appl/local/training/modules/AI-20240529")
     for i, module in enumerate(p.modules):
         if not _MODULE.match(module):
             bad(f"modules[{i}]", f"{module!r} is not a module name; write one name per item, e.g. cuda/12.1")
@@ -127,6 +132,8 @@ def _check_container(p: ClusterProfile, bad: Report) -> None:
             bad(f"container.binds[{i}]", f"{bind!r} is not host[:container[:ro|rw]] with an absolute host path, e.g. /scratch or /data:/data:ro")
         elif len(parts) >= 2 and not parts[1].startswith("/"):
             bad(f"container.binds[{i}]", f"{bind!r}: the container path must be absolute, e.g. /scratch:/scratch")
+    if c.cotainr_system is not None and not _COTAINR_SYSTEM.match(c.cotainr_system):
+        bad("container.cotainr_system", f"{c.cotainr_system!r} is not a cotainr system name (see `cotainr info`), e.g. lumi-g")
     if c.torch_index_url and not c.torch_index_url.startswith(("https://", "http://")):
         bad("container.torch_index_url", f"{c.torch_index_url!r} is not a URL; e.g. https://download.pytorch.org/whl/rocm6.4")
 

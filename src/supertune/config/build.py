@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import reprlib
 import types
 import typing
 from functools import cache
@@ -15,11 +17,15 @@ from typing import Annotated, Any, Literal, Union
 
 from .choices import OneOf
 from .errors import ConfigError
-from .overrides import _UNPARSABLE, OverrideValue
+from .overrides import OverrideValue, Unparsable, parse_value
 
 __all__ = ["build_config", "choices_of", "parse_key_values", "section_fields"]
 
 _MISSING = object()
+INT_LIMIT = 2**63
+"""Every integer field holds a signed 64-bit value: what torch, numpy and Slurm take."""
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxlong = 2, 4, 4, 60, 40
 
 
 @cache
@@ -77,8 +83,8 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
     args = typing.get_args(hint)
     if isinstance(value, OverrideValue):
         value = _pick_override(hint, value)
-        if value is _UNPARSABLE:
-            problems.append(f"{where}: the value is not valid YAML; quote it, e.g. {where}='[a, b]'")
+        if isinstance(value, Unparsable):
+            problems.append(f"{where}: {value.problem}" + (f"; quote it, e.g. {where}='[a, b]'" if value.syntax else ""))
             return _MISSING
     if origin is Literal and isinstance(value, bool) and ("yes" if value else "no") in args:
         value = "yes" if value else "no"  # YAML 1.1 reads an unquoted no/yes as a boolean
@@ -110,9 +116,36 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
         return _convert_dict(value, where, problems)
     scalar = _convert_scalar(hint, value)
     if scalar is _MISSING:
-        quote = " (quote it: YAML reads {...} and [...] as structures)" if hint is str and isinstance(value, (dict, list)) else ""
-        problems.append(f"{where}: expected {_type_name(hint)}, got {_show(value)}{quote}")
+        problems.append(f"{where}: expected {_type_name(hint)}, got {_show(value)}{_quote_hint(hint, value)}")
+    elif hint is float and not math.isfinite(scalar):
+        problems.append(f"{where}: {_show(value)} is not a finite number; write a number such as 0.001")
+        return _MISSING
+    elif hint is int and not -INT_LIMIT <= scalar < INT_LIMIT:
+        problems.append(f"{where}: {_show(value)} is out of range (integers are within +-2**63); write a smaller number")
+        return _MISSING
+    elif hint is str and not _utf8(scalar):
+        # Bytes the shell could not decode arrive as lone surrogates, which no file or tokenizer takes.
+        problems.append(f"{where}: {_show(value)} is not valid UTF-8 text; give the value in UTF-8")
+        return _MISSING
     return scalar
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _quote_hint(hint: Any, value: Any) -> str:
+    if hint is not str:
+        return ""
+    if isinstance(value, (dict, list)):
+        return " (quote it: YAML reads {...} and [...] as structures)"
+    if isinstance(value, bool):
+        return " (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote the text)"
+    return ""
 
 
 def _pick_override(hint: Any, value: OverrideValue) -> Any:
@@ -159,7 +192,20 @@ def _convert_dict(value: Any, where: str, problems: list[str]) -> Any:
     if not isinstance(value, dict):
         problems.append(f"{where}: expected a mapping or \"key=value,key=value\", got {_show(value)}")
         return _MISSING
-    return dict(value)
+    names = [k for k in value if not isinstance(k, str)]
+    if names:
+        problems.append(f"{where}: {_show(names[0])} is not a name; keys are names such as num_hidden_layers (quote a key YAML reads as a number)")
+        return _MISSING
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """A mapping field's data with command-line values (section.key.name=value) read as YAML values."""
+    if isinstance(value, OverrideValue):
+        return None if isinstance(value.parsed, Unparsable) else value.parsed
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _convert_scalar(hint: Any, value: Any) -> Any:
@@ -183,7 +229,7 @@ def _convert_scalar(hint: Any, value: Any) -> Any:
         if isinstance(value, bool):
             return _MISSING
         if isinstance(value, (int, float)):
-            return float(value)
+            return float(value) if not isinstance(value, int) or value.bit_length() < 1024 else math.inf  # refused as not finite
         if isinstance(value, str):
             # PyYAML reads "2e-3" as a string (YAML 1.1 wants "2.0e-3"): accept what people write.
             try:
@@ -204,8 +250,6 @@ def _convert_scalar(hint: Any, value: Any) -> Any:
 
 def parse_key_values(text: str) -> dict[str, Any]:
     """Parse run_clm-style overrides "a=1,b=x" into {"a": 1, "b": "x"} (values read as YAML scalars)."""
-    import yaml
-
     out: dict[str, Any] = {}
     for part in text.split(","):
         part = part.strip()
@@ -214,7 +258,10 @@ def parse_key_values(text: str) -> dict[str, Any]:
         key, sep, raw = part.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"{part!r} is not key=value (write e.g. \"num_hidden_layers=2,hidden_size=64\")")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        value = parse_value(raw)
+        if isinstance(value, Unparsable):
+            raise ValueError(f"{key.strip()}={raw}: {value.problem}")
+        out[key.strip()] = value
     return out
 
 
@@ -252,5 +299,6 @@ def _type_name(hint: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    """A short repr; a large value (a YAML alias expansion, a long list) is never rendered whole."""
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

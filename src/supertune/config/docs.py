@@ -30,9 +30,9 @@ class ConfigKey:
 
 
 @cache
-def _field_docs() -> dict[tuple[str, str], str]:
-    """(class name, field name) -> the string literal that follows the field in schema.py."""
-    tree = ast.parse(inspect.getsource(schema))
+def _field_docs(module: object = schema) -> dict[tuple[str, str], str]:
+    """(class name, field name) -> the string literal that follows the field in a schema module."""
+    tree = ast.parse(inspect.getsource(module))  # type: ignore[arg-type]
     docs: dict[tuple[str, str], str] = {}
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
@@ -52,7 +52,7 @@ def _field_docs() -> dict[tuple[str, str], str]:
 
 def config_keys(cls: type = RunConfig, prefix: str = "") -> list[ConfigKey]:
     """Every leaf key of the schema, depth first, in declaration order."""
-    docs = _field_docs()
+    docs = _field_docs(inspect.getmodule(cls))
     hints = typing.get_type_hints(cls, include_extras=True)
     instance = cls()
     out: list[ConfigKey] = []

@@ -44,6 +44,9 @@ def absolute_paths(cfg: RunConfig) -> RunConfig:
         ref = getattr(m, name)
         if ref and ref != "train" and os.path.exists(os.path.expanduser(ref)):
             setattr(m, name, os.path.abspath(os.path.expanduser(ref)))
+    ds = cfg.distributed.deepspeed_config
+    if ds and os.path.exists(os.path.expanduser(ds)):
+        cfg.distributed.deepspeed_config = os.path.abspath(os.path.expanduser(ds))
     return cfg
 
 

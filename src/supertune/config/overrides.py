@@ -6,7 +6,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["OverrideValue", "parse_overrides", "deep_merge"]
+__all__ = ["OverrideValue", "Unparsable", "parse_overrides", "parse_value", "deep_merge"]
 
 
 class OverrideValue:
@@ -27,11 +27,15 @@ class OverrideValue:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """Turn ["training.max_steps=10", ...] into nested dicts; values are read as YAML scalars or lists."""
-    import yaml
+    """Turn ["training.max_steps=10", ...] into nested dicts; values are read as YAML scalars or lists.
 
+    A key given again replaces its earlier value (`submit --time` relies on it); a section given
+    after keys inside it (`training.max_steps=5 training={seed: 1}`) would drop them silently,
+    and is refused like the reverse order.
+    """
     problems: list[str] = []
     merged: dict[str, Any] = {}
+    given: dict[str, str] = {}  # dotted prefix -> the override that set a key under it
     for item in items:
         key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
@@ -41,11 +45,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not key.strip() or any(not p for p in parts):
             problems.append(f"override {item!r}: the key is empty or has an empty part; write e.g. data.block_size=256")
             continue
-        try:
-            parsed = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            parsed = _UNPARSABLE
-        value = OverrideValue(raw, parsed)
+        value = OverrideValue(raw, parse_value(raw))
         node = merged
         for part in parts[:-1]:
             child = node.setdefault(part, {})
@@ -54,13 +54,45 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
                 break
             node = child
         else:
+            if isinstance(node.get(parts[-1]), dict):
+                earlier = given[".".join(parts)]
+                problems.append(
+                    f"override {item!r}: replaces {earlier!r} given before it, which would be dropped; "
+                    f"set the keys one at a time ({'.'.join(parts)}.KEY=VALUE)"
+                )
+                continue
             node[parts[-1]] = value
+            for i in range(1, len(parts)):
+                given.setdefault(".".join(parts[:i]), item)
     if problems:
         raise ConfigError(problems)
     return merged
 
 
-_UNPARSABLE = object()
+class Unparsable:
+    """The parsed side of an OverrideValue whose text YAML cannot read (syntax), or refuses; `problem` says why."""
+
+    __slots__ = ("problem", "syntax")
+
+    def __init__(self, problem: str, syntax: bool = False) -> None:
+        self.problem = problem
+        self.syntax = syntax
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value read as YAML, strictly (config.yaml_file); Unparsable when it cannot be."""
+    import yaml
+
+    from .yaml_file import YamlRefused, load_yaml_text
+
+    if not raw.strip():
+        return None
+    try:
+        return load_yaml_text(raw)
+    except YamlRefused as exc:
+        return Unparsable(str(exc).removeprefix("line 1: "))
+    except yaml.YAMLError:
+        return Unparsable("the value is not valid YAML", syntax=True)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -90,8 +90,10 @@ class DataConfig:
     """Hub dataset name, read from the local HF datasets cache when offline."""
     dataset_config: str | None = None
     """Hub dataset configuration name."""
+    validation_split: str = "auto"
+    """Split of data.dataset_name to evaluate on: auto takes its validation split, else its test split, else holds out validation_split_percentage of train (the log says which); or a split name, e.g. test."""
     validation_split_percentage: int = 5
-    """Percent of the training data held out for validation when no validation files are given."""
+    """Percent of the training data held out for validation when no validation files (or dataset split) are given."""
     text_field: str = "text"
     """Column that holds the text (json, jsonl, csv, parquet and hub datasets)."""
     template: str | None = None
@@ -114,6 +116,8 @@ class DataConfig:
     """Use at most this many training documents (quick experiments)."""
     max_eval_samples: int | None = None
     """Use at most this many validation documents."""
+    sample: Literal["first", "shuffled"] = "first"
+    """Which documents max_train_samples / max_eval_samples keep: the first N, or N drawn after a shuffle by training.seed (as dataset.shuffle(seed).select(range(N)))."""
     store: str | None = None
     """Token store directory made by `supertune prepare`: train on its memory-mapped token ids instead of reading and tokenizing the files."""
     store_check: Literal["auto", "sha256", "size"] = "auto"
@@ -134,6 +138,8 @@ class TrainingConfig:
     """Sequences per process in evaluation."""
     gradient_accumulation_steps: int = 1
     """Forward passes per optimizer step; global batch = per_device_train_batch_size x processes x this."""
+    global_batch_size: int | None = None
+    """Sequences per optimizer step over all processes, the same at any process count: per_device_train_batch_size becomes the most per process, the largest batch not above it that divides global_batch_size / processes is used, and gradient_accumulation_steps makes up the rest (both written into the run's config.yaml). Empty: per_device x processes x accumulation."""
     learning_rate: float = 2e-3
     """Peak learning rate."""
     lr_scheduler_type: Literal[
@@ -216,6 +222,8 @@ class OutputConfig:
     """Parent of run directories created as <name>-<timestamp>."""
     save_model: bool = True
     """Save the final model to <run dir>/model in Hugging Face format (safetensors)."""
+    dtype: Literal["same", "fp16", "bf16", "fp32"] = "same"
+    """Dtype of the saved full model's floating-point tensors (model/, a merged LoRA model, fresh base weights), cast tensor by tensor after training whatever the training precision (config.json says it); same: as trained (model.dtype). LoRA adapters keep their dtype."""
     progress_seconds: float = 30.0
     """Seconds between progress lines (step, loss, tokens/s, ETA) when the output is not a terminal, as in a job log; a terminal shows a progress bar instead."""
 
@@ -294,6 +302,10 @@ class DistributedConfig:
     """ZeRO: where optimizer state (and with zero3, parameters) live between steps."""
     nvme_path: str | None = None
     """ZeRO with offload nvme: a fast local directory, e.g. /flash/$USER or /tmp."""
+    deepspeed_config: str | None = None
+    """Your own DeepSpeed config file (JSON or YAML) as the base of a zero strategy's: supertune fills in only what must agree with the run (batch sizes, accumulation, precision, clipping, ZeRO stage and offload) and refuses an explicit value that differs."""
+    deepspeed: dict[str, Any] = field(default_factory=dict)
+    """Single DeepSpeed settings over the generated (or your) config, e.g. distributed.deepspeed.reduce_bucket_size=1e7; ZeRO option names go into zero_optimization, dotted names (zero_optimization.overlap_comm) into their section."""
     fsdp: FsdpConfig = field(default_factory=FsdpConfig)
     """FSDP settings."""
 

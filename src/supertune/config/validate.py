@@ -15,7 +15,9 @@ from ..byte_sizes import byte_size_problem, parse_byte_size
 from ..data.formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
-from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
+from .model_fit import model_fit_problems
+from .ranges import SEED_MAX, range_problems
+from .schema import DataConfig, FsdpConfig, GenerateConfig, ModelConfig, RunConfig
 
 __all__ = ["validate", "validate_generate", "config_problems"]
 
@@ -36,7 +38,8 @@ def config_problems(cfg: RunConfig) -> list[str]:
     _check_training(cfg, problems)
     _check_launch(cfg, problems)
     _check_slurm(cfg, problems)
-    return problems
+    problems += range_problems(cfg)
+    return problems + (model_fit_problems(cfg) if not problems else [])  # reads config.json: only for a config sound so far
 
 
 def _positive(problems: list[str], field: str, value: float | None, fix: str = "", allow_none: bool = True) -> None:
@@ -56,6 +59,7 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     _positive(p, "training.per_device_train_batch_size", t.per_device_train_batch_size)
     _positive(p, "training.per_device_eval_batch_size", t.per_device_eval_batch_size)
     _positive(p, "training.gradient_accumulation_steps", t.gradient_accumulation_steps)
+    _positive(p, "training.global_batch_size", t.global_batch_size, " (sequences per optimizer step over all processes, e.g. 16)")
     _positive(p, "training.learning_rate", t.learning_rate)
     _positive(p, "training.logging_steps", t.logging_steps)
     _positive(p, "training.save_steps", t.save_steps)
@@ -100,6 +104,8 @@ def _check_generate(g: GenerateConfig, p: list[str]) -> None:
         p.append(f"generate.max_new_tokens: must not be negative, got {g.max_new_tokens}")
     if g.top_k < 0:
         p.append(f"generate.top_k: must not be negative (0 disables it), got {g.top_k}")
+    if not 0 <= g.seed <= SEED_MAX:
+        p.append(f"generate.seed: {g.seed} is not a seed; use 0 .. {SEED_MAX} (2**32 - 1)")
 
 
 def _check_model(cfg: RunConfig, p: list[str]) -> None:
@@ -120,12 +126,37 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
     from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
     if not from_bundle and m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
         p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
+    _check_model_files(m, from_bundle, p)
     if m.bundle is not None and m.tokenizer is not None:
         p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
     if m.lora.enabled and not m.lora.target_modules:
         p.append("model.lora.target_modules: empty; name the modules to adapt, e.g. [q_proj, v_proj] or [all-linear]")
     if m.dtype == "fp16" and cfg.training.bf16:
-        p.append("model.dtype: fp16 weights with training.bf16 mixed precision do not mix; pick one precision")
+        p.append(
+            "model.dtype: fp16 weights with training.bf16 mixed precision do not mix; to train in bf16 and save the "
+            "model in fp16, set model.dtype=fp32 (or bf16) and output.dtype=fp16"
+        )
+
+
+def _check_model_files(m: ModelConfig, from_bundle: bool, p: list[str]) -> None:
+    """A local model or tokenizer directory's files, read as far as their headers (modeling.model_files):
+    a damaged one is refused here, before a run directory exists, rather than by a loader's traceback."""
+    from ..modeling.model_files import NO_TOKENIZER, has_tokenizer_files, model_dir_problems
+
+    model_dir = os.path.expanduser(m.name_or_path) if m.name_or_path and not from_bundle else None
+    saved = ("config.json", "adapter_config.json")  # a model, or LoRA adapters that name their base
+    if model_dir and os.path.isdir(model_dir) and not any(os.path.isfile(os.path.join(model_dir, f)) for f in saved):
+        p.append(f"model.name_or_path: {m.name_or_path!r} holds no config.json, so it is not a saved model; give the directory a model was saved to")
+    elif model_dir and os.path.isdir(model_dir):
+        damage = model_dir_problems(model_dir, weights=not m.from_config)
+        if damage:
+            more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+            p.append(f"model.name_or_path: {m.name_or_path!r} is damaged: {damage[0]}{more}; save or copy the model again")
+        if m.tokenizer is None and m.bundle is None and not has_tokenizer_files(model_dir):
+            p.append(f"model.name_or_path: {m.name_or_path!r} {NO_TOKENIZER}; set model.tokenizer to the directory of the tokenizer its weights were trained with")
+    tokenizer_dir = os.path.expanduser(m.tokenizer) if m.tokenizer not in (None, "train") else None
+    if tokenizer_dir and os.path.isdir(tokenizer_dir) and not has_tokenizer_files(tokenizer_dir):
+        p.append(f"model.tokenizer: {m.tokenizer!r} {NO_TOKENIZER}; give the directory a tokenizer was saved to (tokenizer.json)")
 
 
 def _looks_local(ref: str) -> bool:
@@ -155,6 +186,10 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
             elif os.path.isdir(expanded):
                 p.append(f"data.{key}: {pattern!r} is a directory; give files or a glob like {pattern.rstrip('/')}/*.jsonl")
                 continue
+            elif not os.path.isfile(expanded):
+                # A FIFO or device would be dropped when the paths are expanded, and the embedded corpus trained instead.
+                p.append(f"data.{key}: {pattern!r} is not a regular file (a FIFO, socket or device); copy the data into a file")
+                continue
             else:
                 files = [expanded]
             for f in files:
@@ -166,6 +201,13 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         formats.discard(None)
         if len(formats) > 1:
             p.append(f"data.{key}: mixes formats {sorted(formats)}; use files of one format")
+    if d.validation_split != "auto" and not d.dataset_name:
+        p.append(
+            f"data.validation_split: {d.validation_split!r} names a split of data.dataset_name, which is not set; "
+            "with files, give data.validation_files (or leave validation_split at auto)"
+        )
+    elif d.validation_split == "train":
+        p.append("data.validation_split: 'train' is the training split; name another split (e.g. test), or auto")
     if d.validation_files and not (d.train_files or d.dataset_name):
         p.append("data.validation_files: set without data.train_files or data.dataset_name; give the training data too")
     if not d.validation_files and not 0 < d.validation_split_percentage < 100:
@@ -195,14 +237,19 @@ def _check_store(d: DataConfig, p: list[str]) -> None:
 
 def _check_template(template: str, p: list[str]) -> None:
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parts = [(f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
         p.append(f"data.template: {exc}; write placeholders as {{text}} and literal braces as {{{{ }}}}")
         return
+    fields = [f for f, _, _ in parts]
     if not fields:
         p.append("data.template: has no placeholder; include {text} (or another {column}) where the document goes")
     elif any(not f.isidentifier() for f in fields):
         p.append(f"data.template: placeholders must be column names like {{text}}, got {fields}")
+    elif any(spec or conversion for _, spec, conversion in parts):
+        # A format spec ({text:>{width}}) or conversion ({text!r}) would fail, or quote every document, at run time.
+        shown = next("{" + f + (f"!{c}" if c else "") + (f":{s}" if s else "") + "}" for f, s, c in parts if s or c)
+        p.append(f"data.template: {shown} has a format spec or conversion; placeholders are plain {{column}}, literal braces {{{{ }}}}")
 
 
 def _check_training(cfg: RunConfig, p: list[str]) -> None:
@@ -238,6 +285,26 @@ def _check_launch(cfg: RunConfig, p: list[str]) -> None:
         p.append("distributed.offload: nvme offload needs distributed.strategy zero3")
     if dist.strategy != "fsdp" and dist.fsdp != FsdpConfig():
         p.append(f"distributed.fsdp: set while distributed.strategy is {dist.strategy}; set distributed.strategy=fsdp or remove it")
+    _check_deepspeed(cfg, p)
+
+
+def _check_deepspeed(cfg: RunConfig, p: list[str]) -> None:
+    """Your own DeepSpeed config: a readable file for a zero strategy (its contents are checked against
+    the run, and by DeepSpeed, with the strategy in supertune.distributed.checks)."""
+    dist = cfg.distributed
+    path = dist.deepspeed_config
+    for key, given in (("deepspeed_config", path), ("deepspeed", dist.deepspeed)):
+        if given and not dist.strategy.startswith("zero"):
+            p.append(
+                f"distributed.{key}: set while distributed.strategy is {dist.strategy}; DeepSpeed runs with "
+                "distributed.strategy=zero1, zero2 or zero3 (the ZeRO stage of your file)"
+            )
+    if path is None:
+        return
+    if not path.endswith((".json", ".yaml", ".yml")):
+        p.append(f"distributed.deepspeed_config: {path!r} is neither .json nor .yaml/.yml; give a DeepSpeed JSON (or YAML) file")
+    elif not os.path.isfile(os.path.expanduser(path)):
+        p.append(f"distributed.deepspeed_config: file {path!r} does not exist")
 
 
 def _check_slurm(cfg: RunConfig, p: list[str]) -> None:

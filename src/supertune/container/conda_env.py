@@ -14,7 +14,7 @@ from ..clusters.schema import ClusterProfile
 from .pins import Pin
 from .source import SupertuneSource
 
-__all__ = ["render_environment", "torch_requirement", "CONDA_PYTHON", "CONDA_BASE_IMAGE"]
+__all__ = ["render_environment", "torch_requirement", "cotainr_command", "CONDA_PYTHON", "CONDA_BASE_IMAGE"]
 
 CONDA_PYTHON = "3.11"  # the Python supertune's pins are tested with
 # cotainr installs conda and the whole environment (torch with its GPU libraries) into this base,
@@ -32,6 +32,14 @@ def torch_requirement(pin: Pin, index_url: str | None) -> str:
     if index_url and _BUILD_LABEL.match(label) and "+" not in pin.version:
         return f"{pin.requirement}+{label}"
     return pin.requirement
+
+
+def cotainr_command(profile: ClusterProfile, environment: str) -> str:
+    """The cotainr build of the environment file (a shell-quoted path) for `profile`: with the site's
+    --system where its cotainr knows one (LUMI's lumi-g: the site's ROCm base image), else on a
+    plain Ubuntu base (the environment brings torch with its GPU libraries)."""
+    base = f"--system={profile.container.cotainr_system}" if profile.container.cotainr_system else f"--base-image={CONDA_BASE_IMAGE}"
+    return f"cotainr build supertune-{profile.name}-conda.sif {base} --conda-env={environment}"
 
 
 def render_environment(profile: ClusterProfile, pins: list[Pin], source: SupertuneSource) -> str:
@@ -53,7 +61,7 @@ def render_environment(profile: ClusterProfile, pins: list[Pin], source: Supertu
     header = [
         f"# Conda environment of supertune {__version__} for the cluster profile {profile.name!r}, written by",
         f"# `supertune container --cluster {profile.name}`. Build an image from it with cotainr, e.g.",
-        f"#   cotainr build supertune-{profile.name}-conda.sif --base-image={CONDA_BASE_IMAGE} --conda-env=environment.yml",
+        f"#   {cotainr_command(profile, 'environment.yml')}",
         "# or create it directly: conda env create -f environment.yml",
         "# All versions are the ones supertune is tested with, torch included: its pip wheel brings its",
     ]

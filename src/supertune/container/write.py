@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..clusters.schema import ClusterProfile
 from ..errors import UserError
-from .conda_env import CONDA_BASE_IMAGE, render_environment
+from .conda_env import cotainr_command, render_environment
 from .definition import render_definition
 from .pins import Pin, runtime_pins
 from .source import SupertuneSource, resolve_source
@@ -54,6 +54,6 @@ def write_container_files(profile: ClusterProfile, out_dir: str | Path, supertun
     image = f"supertune-{profile.name}.sif"
     commands = [
         f"{runtime} build {image} {shlex.quote(str(definition))}",
-        f"cotainr build supertune-{profile.name}-conda.sif --base-image={CONDA_BASE_IMAGE} --conda-env={shlex.quote(str(environment))}",
+        cotainr_command(profile, shlex.quote(str(environment))),
     ]
     return ContainerFiles(definition, environment, source, pins, commands)

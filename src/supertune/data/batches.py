@@ -8,6 +8,7 @@ data.document_mask places whole documents into blocks instead (supertune.data.do
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..errors import UserError
 from .document_bins import IGNORE_INDEX, DocumentPlan, stream_rows
 from .documents import encode_texts, iter_row_batches, render_texts
 from .encode_threads import encode_in_threads
+from .sample_checks import check_encoded, check_rows
 
 __all__ = [
     "DocumentMaskedStream",
@@ -51,14 +53,25 @@ class TokenizedSplit:
         return np.concatenate([[0], np.cumsum([len(x) for x in self.docs], dtype=np.int64)]).astype(np.int64)
 
 
-def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any) -> TokenizedSplit:
-    """Render and tokenize a map-style split in batches, on every core (data/encode_threads.py)."""
+def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str = "training") -> TokenizedSplit:
+    """Render and tokenize a map-style split in batches, on every core (data/encode_threads.py); the
+    first batch is checked for garbage (data/sample_checks.py) before the rest is read."""
     docs: list[np.ndarray] = []
-    batches = ((None, render_texts(rows, d)) for rows in iter_row_batches(dataset))
-    for _, flat, lengths in encode_in_threads(batches, tokenizer, d.add_eos):
+    batches = ((len(texts), texts) for texts in _rendered(iter_row_batches(dataset), d, split))
+    for i, (texts, flat, lengths) in enumerate(encode_in_threads(batches, tokenizer, d.add_eos)):
+        if i == 0:
+            check_encoded(texts, lengths, d.add_eos, split)
         if len(lengths):
             docs += np.split(flat, np.cumsum(lengths[:-1]))  # views of the batch's array; lengths are positive
     return TokenizedSplit(docs)
+
+
+def _rendered(batches: Iterator[dict[str, list[Any]]], d: DataConfig, split: str) -> Iterator[list[str]]:
+    """Each batch of rows rendered into documents; the first batch's rows are checked first."""
+    for i, rows in enumerate(batches):
+        if i == 0:
+            check_rows(rows, d, split)
+        yield render_texts(rows, d)
 
 
 class PackedBlocks(torch.utils.data.Dataset):
@@ -145,8 +158,11 @@ class _Stream(torch.utils.data.IterableDataset):
         if self.shuffle:
             rows = rows.shuffle(seed=self.seed, buffer_size=self.d.shuffle_buffer)
             rows.set_epoch(self.epoch)
-        for batch in iter_row_batches(rows, batch_docs=256):
-            yield from encode_texts(render_texts(batch, self.d), self.tokenizer, self.d.add_eos)
+        for i, texts in enumerate(_rendered(iter_row_batches(rows, batch_docs=256), self.d, "streamed")):
+            docs = encode_texts(texts, self.tokenizer, self.d.add_eos)
+            if i == 0:
+                check_encoded(len(texts), np.array([len(x) for x in docs], dtype=np.int64), self.d.add_eos, "streamed")
+            yield from docs
 
 
 class PackedStream(_Stream):

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .documents import encode_flat, flatten_ids, plain_backend
+from .documents import batch_ids, encode_flat, flatten_ids, plain_backend
 
 __all__ = ["encode_in_threads", "usable_cores"]
 
@@ -59,7 +59,7 @@ def encode_in_threads(
     eos = tokenizer.eos_token_id if add_eos else None
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)] if texts else []
+        ids = batch_ids(texts, lambda xs: [e.ids for e in backend.encode_batch_fast(xs, add_special_tokens=False)]) if texts else []
         return flatten_ids(ids, eos)
 
     # Two batches in flight per thread keep every thread busy while the caller consumes the oldest

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..config.schema import DataConfig
 from ..errors import UserError
+from ..modeling.tokenizer import token_id_limit
 from .batches import (
     DocumentMaskedStream,
     ListDataset,
@@ -46,18 +47,19 @@ class TrainingData:
 
 def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length: int) -> TrainingData:
     """Load, render, tokenize and batch the configured data (or read it from data.store)."""
+    _check_context(d, context_length)
     if d.store:
         return _stored(d, tokenizer, context_length)
     raw = load_raw_splits(d, seed)
     if d.streaming:
         return _streamed(raw, d, tokenizer, seed)
-    train = tokenize_split(raw.train, d, tokenizer)
-    validation = tokenize_split(raw.validation, d, tokenizer)
+    train = tokenize_split(raw.train, d, tokenizer, "training")
+    validation = tokenize_split(raw.validation, d, tokenizer, "validation")
     if not train.docs:
         raise UserError(f"data: no training text found in column {d.text_field!r}; check data.text_field and the files")
     if not validation.docs:
         raise UserError("data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage")
-    baseline = _unigram(train, validation, len(tokenizer))
+    baseline = _unigram(train, validation, token_id_limit(tokenizer))
     if d.packing and d.document_mask:
         bins = _document_bins(train.concatenated(), train.offsets(), d, tokenizer, "training")
         return TrainingData(
@@ -91,6 +93,7 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
 
 def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tuple[Any, Any]:
     """The validation files alone, batched as in training: (dataset, collator)."""
+    _check_context(d, context_length)
     if d.store:
         from ..store.reader import open_store_for_run
 
@@ -101,7 +104,7 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
             return _blocks(store.validation.tokens, d, "evaluation"), None
         max_length = d.max_length or min(store.validation.longest(), context_length)
         return PaddedDocuments(store.validation, max_length), PadCollator(tokenizer.pad_token_id, max_length)
-    split = tokenize_split(load_validation_rows(d), d, tokenizer)
+    split = tokenize_split(load_validation_rows(d), d, tokenizer, "evaluation")
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
     if d.packing and d.document_mask:
@@ -110,6 +113,18 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
         return _blocks(split.concatenated(), d, "evaluation"), None
     max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
     return PaddedDocuments(split.docs, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+
+
+def _check_context(d: DataConfig, context_length: int) -> None:
+    """Sequences no longer than the model's positions: a longer one is an index error at the first
+    batch on the CPU (a device-side assert on a GPU) for learned positions, and untrained positions
+    for rotary ones."""
+    key, length = ("data.block_size", d.block_size) if d.packing else ("data.max_length", d.max_length)
+    if length is not None and length > context_length:
+        raise UserError(
+            f"{key}: {length} tokens per sequence, but the model has {context_length} positions (max_position_embeddings); "
+            f"use at most {context_length}, or a model built with more (model.config_overrides=max_position_embeddings=N with fresh weights)"
+        )
 
 
 def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:

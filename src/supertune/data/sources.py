@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,17 @@ from ..config.schema import DataConfig
 from ..errors import UserError
 from .formats import file_format
 
-__all__ = ["RawSplits", "load_hub_dataset", "load_raw_splits", "load_validation_rows", "training_files", "validation_files"]
+__all__ = [
+    "RawSplits",
+    "load_hub_dataset",
+    "load_raw_splits",
+    "load_validation_rows",
+    "training_files",
+    "validation_files",
+    "validation_split_name",
+]
+
+log = logging.getLogger("supertune")
 
 # Documents held out from a stream for validation when no validation files are given: a stream has
 # no length, so a percentage cannot be taken.
@@ -24,6 +35,8 @@ class RawSplits:
     train: Any
     validation: Any
     columns: list[str]
+    validation_from: str = "files"
+    """Where the validation documents came from: "files", "split:<name>" (a dataset's split) or "held_out"."""
 
 
 def training_files(d: DataConfig) -> list[str]:
@@ -47,9 +60,12 @@ def validation_files(d: DataConfig) -> list[str]:
 
 
 def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
-    """Load the configured documents; hold out validation_split_percentage when there are no validation files."""
+    """Load the configured documents and their validation split (data.validation_split: files, a
+    dataset's split, or validation_split_percentage held out), each cut to max_*_samples (data.sample)."""
     if d.dataset_name:
         loaded = load_hub_dataset(d)
+        split = validation_split_name(d, list(loaded))
+        validation_from = f"split:{split}" if split else "held_out"
     else:
         train = training_files(d)
         files: dict[str, list[str]] = {"train": train}
@@ -57,29 +73,64 @@ def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
         if validation:
             files["validation"] = validation
         loaded = _load_files(files, d.streaming)
+        split = "validation" if validation else None
+        validation_from = "files" if validation else "held_out"
     train = loaded["train"]
-    validation = loaded["validation"] if "validation" in loaded else None
+    validation = loaded[split] if split else None
     columns = list(train.column_names or [])
     if validation is None:
         train, validation = _hold_out(train, d, seed)
-    if d.max_train_samples:
-        train = train.take(d.max_train_samples) if d.streaming else train.select(range(min(d.max_train_samples, len(train))))
-    if d.max_eval_samples:
-        validation = (
-            validation.take(d.max_eval_samples) if d.streaming else validation.select(range(min(d.max_eval_samples, len(validation))))
-        )
+    _log_validation(d, validation_from, seed)
+    train = _sample(train, d.max_train_samples, d, seed)
+    validation = _sample(validation, d.max_eval_samples, d, seed)
     _check_columns(d, columns)
-    return RawSplits(train, validation, columns)
+    return RawSplits(train, validation, columns, validation_from)
 
 
-def load_validation_rows(d: DataConfig) -> Any:
-    """The validation files alone (the embedded corpus's validation split when none are set)."""
+def validation_split_name(d: DataConfig, splits: list[str]) -> str | None:
+    """The split of data.dataset_name to evaluate on (data.validation_split), None to hold out a
+    percentage of train; a UserError with the dataset's splits when the one named is not there."""
+    if d.validation_split == "auto":
+        return next((name for name in ("validation", "test") if name in splits), None)
+    if d.validation_split not in splits:
+        raise UserError(
+            f"data.validation_split: {d.dataset_name!r} has no split {d.validation_split!r} (its splits: "
+            f"{', '.join(splits)}); name one of them, or use auto"
+        )
+    return d.validation_split
+
+
+def _log_validation(d: DataConfig, validation_from: str, seed: int) -> None:
+    if validation_from.startswith("split:"):
+        how = " (it has no validation split)" if d.validation_split == "auto" and validation_from == "split:test" else ""
+        log.info("data: evaluating on the %r split of %s%s", validation_from[6:], d.dataset_name, how)
+    elif validation_from == "held_out":
+        where = f"{d.dataset_name} has no validation or test split" if d.dataset_name else "no validation files"
+        amount = f"{STREAM_VALIDATION_DOCS} documents" if d.streaming else f"{d.validation_split_percentage} %"
+        log.info("data: %s: %s of the training data held out for validation (seed %d)", where, amount, seed)
+
+
+def _sample(rows: Any, limit: int | None, d: DataConfig, seed: int) -> Any:
+    """At most `limit` documents: the first ones, or (data.sample shuffled) those first after a
+    shuffle by `seed`, as rows.shuffle(seed=seed).select(range(limit)) takes them. A stream is
+    shuffled in a buffer of data.shuffle_buffer documents."""
+    if not limit:
+        return rows
+    if d.streaming:
+        return (rows.shuffle(seed=seed, buffer_size=d.shuffle_buffer) if d.sample == "shuffled" else rows).take(limit)
+    if d.sample == "shuffled":
+        rows = rows.shuffle(seed=seed)
+    return rows.select(range(min(limit, len(rows))))
+
+
+def load_validation_rows(d: DataConfig, seed: int = 42) -> Any:
+    """The validation files alone (the embedded corpus's validation split when none are set), cut to
+    max_eval_samples (data.sample shuffled: by `seed`, training.seed's default unless given)."""
     files = validation_files(d) or training_files(d)
     if not files:
         raise UserError("data.validation_files: no files to evaluate on; pass --data FILE (or data.validation_files=...)")
     rows = _load_files({"validation": files}, streaming=False)["validation"]
-    if d.max_eval_samples:
-        rows = rows.select(range(min(d.max_eval_samples, len(rows))))
+    rows = _sample(rows, d.max_eval_samples, d, seed)
     _check_columns(d, list(rows.column_names))
     return rows
 
@@ -92,11 +143,18 @@ def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:
     kwargs = {"sample_by": "line"} if builder == "text" else {}
     if builder == "text" and not streaming and _small_plain_text(files):
         return _read_text_lines(files)
+    # datasets logs the parse error of an unreadable file before raising it; the UserError below says it once.
+    quiet, level = logging.getLogger("datasets"), logging.getLogger("datasets").level
+    quiet.setLevel(logging.CRITICAL)
     try:
         return datasets.load_dataset(builder, data_files=files, streaming=streaming, **kwargs)
     except Exception as exc:  # datasets raises many types for unreadable files; all mean the same to the user
+        while exc.__cause__ is not None:  # "An error occurred while generating the dataset" wraps the reason
+            exc = exc.__cause__  # type: ignore[assignment]
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"data: cannot read {builder} files {files}: {first}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 # Text read into memory up to this size; above it datasets' text builder writes its Arrow cache to

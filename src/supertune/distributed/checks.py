@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..config.errors import ConfigError
 from ..config.schema import RunConfig
 from .deepspeed_json import OFFLOAD_OPTIMIZERS, ZERO_STAGES, deepspeed_config, resolved_for_check
 
@@ -68,14 +69,23 @@ def _zero_problems(cfg: RunConfig, local: bool) -> list[str]:
         with _quiet_deepspeed():
             from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
+        if dist.deepspeed_config or dist.deepspeed:
+            try:  # the merge needs no DeepSpeed: its conflicts are reported even without it
+                deepspeed_config(cfg)
+            except ConfigError as exc:
+                problems += exc.problems
         if not local:
             # A job's environment (its container, modules) may differ from this login node's; each
             # process of the job validates the config again there, with DeepSpeed at hand.
             return problems
         return problems + [f"distributed.strategy: {strategy} needs DeepSpeed, which is not installed; pip install deepspeed"]
     try:
+        config = deepspeed_config(cfg)
+    except ConfigError as exc:  # your own file or settings against the run's values
+        return problems + exc.problems
+    try:
         with _quiet_deepspeed():
-            DeepSpeedConfig(resolved_for_check(deepspeed_config(cfg), cfg))
+            DeepSpeedConfig(resolved_for_check(config, cfg))
     except Exception as exc:  # DeepSpeed reports with asserts, ValueError and pydantic errors alike
         problems.append(f"distributed.strategy: DeepSpeed rejects this {strategy} setup: {_first_line(exc)}")
     if local:
@@ -145,5 +155,12 @@ def _quiet_deepspeed() -> Iterator[None]:
 
 
 def _first_line(exc: BaseException) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # pydantic (DeepSpeed's config sections): name each field, whose name the first line lacks
+        try:
+            found = errors()
+            return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in found)
+        except Exception:  # not pydantic's errors() after all
+            pass
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.splitlines()[0].split())

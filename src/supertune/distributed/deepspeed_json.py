@@ -29,7 +29,18 @@ AUTO = "auto"
 
 
 def deepspeed_config(cfg: RunConfig) -> dict[str, Any]:
-    """The DeepSpeed JSON of cfg (distributed.strategy must be zero1, zero2 or zero3)."""
+    """The DeepSpeed JSON of cfg (distributed.strategy must be zero1, zero2 or zero3): supertune's own, or,
+    with distributed.deepspeed_config or distributed.deepspeed, the user's merged with what must agree
+    with the run (supertune.distributed.deepspeed_user; a ConfigError names every conflict)."""
+    generated = _generated(cfg)
+    if cfg.distributed.deepspeed_config is None and not cfg.distributed.deepspeed:
+        return generated
+    from .deepspeed_user import user_deepspeed_config
+
+    return user_deepspeed_config(cfg, generated, _offload_target, offload_optimizer())
+
+
+def _generated(cfg: RunConfig) -> dict[str, Any]:
     dist = cfg.distributed
     stage = ZERO_STAGES[dist.strategy]
     config: dict[str, Any] = {
@@ -48,11 +59,13 @@ def deepspeed_config(cfg: RunConfig) -> dict[str, Any]:
         # (slow for real models) unless forced, so the optimizer is DeepSpeed's own vectorised CPU
         # AdamW, with the Trainer's hyper-parameters. Its C++ kernel is compiled on first use
         # (about a minute, cached in ~/.cache/torch_extensions). The Trainer's LR schedule still runs.
-        config["optimizer"] = {
-            "type": "AdamW",
-            "params": {"lr": AUTO, "betas": AUTO, "eps": AUTO, "weight_decay": AUTO},
-        }
+        config["optimizer"] = offload_optimizer()
     return config
+
+
+def offload_optimizer() -> dict[str, Any]:
+    """DeepSpeed's own (CPU) AdamW with the Trainer's hyper-parameters, which ZeRO-Offload steps."""
+    return {"type": "AdamW", "params": {"lr": AUTO, "betas": AUTO, "eps": AUTO, "weight_decay": AUTO}}
 
 
 def _zero_section(cfg: RunConfig, stage: int) -> dict[str, Any]:
@@ -107,6 +120,11 @@ def resolved_for_check(config: dict[str, Any], cfg: RunConfig, hidden_size: int 
         "zero_optimization.reduce_bucket_size": hidden_size * hidden_size,
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
         "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
+        # A scheduler section (your own DeepSpeed file) is filled by the Trainer the same way.
+        "scheduler.params.warmup_min_lr": 0,
+        "scheduler.params.warmup_max_lr": t.learning_rate,
+        "scheduler.params.warmup_num_steps": max(1, int(t.warmup_steps if t.warmup_steps >= 1 else t.warmup_steps * max(t.max_steps, 1))),
+        "scheduler.params.total_num_steps": max(t.max_steps, 1),
     }
     return _fill(config, fills, "")
 

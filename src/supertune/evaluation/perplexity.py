@@ -12,32 +12,54 @@ from ..errors import UserError
 __all__ = ["load_saved_model", "evaluate_saved_model"]
 
 
-def load_saved_model(model_dir: str) -> tuple[Any, Any]:
-    """(model, tokenizer) from a Hugging Face model directory, in the dtype it was saved in."""
+def load_saved_model(model_dir: str, verify: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) from a Hugging Face model directory, in the dtype it was saved in.
+
+    The directory is checked first (config.json, the weight files' headers, its manifest by
+    `verify`: see supertune.checkpoints.manifest.VERIFY_MODES), and the tokenizer after loading: it
+    must encode text, into ids the model has embedding rows for.
+    """
     import os
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..modeling.model_files import check_saved_model
+    from ..modeling.tokenizer import token_id_limit, tokenizer_problem
+
     if not os.path.isdir(model_dir):
         raise UserError(f"MODEL: {model_dir!r} is not a directory; give a saved model such as runs/<run>/model")
+    check_saved_model(model_dir, "MODEL", verify, tokenizer=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"MODEL: cannot load {model_dir!r}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:
+        if type(exc).__name__ != "SafetensorError":  # safetensors' Rust error type
+            raise
+        raise UserError(f"MODEL: the weights of {model_dir!r} are damaged ({exc}); save or copy the model again") from None
+    problem = tokenizer_problem(tokenizer)
+    if problem:
+        raise UserError(f"MODEL: the tokenizer of {model_dir!r} {problem}; save the model with its tokenizer")
+    rows, limit = model.get_input_embeddings().weight.shape[0], token_id_limit(tokenizer)
+    if limit > rows:
+        raise UserError(
+            f"MODEL: the tokenizer of {model_dir!r} has ids up to {limit - 1} but the model has {rows} embedding rows: "
+            "it is not the tokenizer this model was trained with; save the model with its own tokenizer"
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
 
 
-def evaluate_saved_model(model_dir: str, cfg: RunConfig) -> dict[str, float]:
+def evaluate_saved_model(model_dir: str, cfg: RunConfig, verify: str = "auto") -> dict[str, float]:
     """eval_loss, perplexity, sequences and tokens, on cfg.data batched as in training (the run's exact final eval)."""
     from transformers import default_data_collator
 
     from ..modeling.model import context_length
     from .loss import token_mean_loss
 
-    model, tokenizer = load_saved_model(model_dir)
+    model, tokenizer = load_saved_model(model_dir, verify)
     dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model))
     loss, tokens = token_mean_loss(model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size)
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "sequences": len(dataset), "tokens": tokens}

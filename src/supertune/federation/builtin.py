@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..subprocesses import run_logged
+from .log_tail import log_tail
 from .phases import average_round, trained_record
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
@@ -63,7 +64,7 @@ class BuiltinExecutor:
         code = run_logged([sys.executable, "-m", "supertune", "train", str(w.config), "--run-dir", str(w.run)], logfile)
         if code != 0:
             raise FederationError(
-                f"{w.label}: local training stopped (exit code {code}){_tail(logfile)}; the run in {w.run} resumes "
+                f"{w.label}: local training stopped (exit code {code}){log_tail(logfile)}; the run in {w.run} resumes "
                 "from its latest checkpoint when the federation is run again"
             )
 
@@ -84,7 +85,7 @@ class BuiltinExecutor:
         lines = logfile.read_text(encoding="utf-8", errors="replace").split()
         job_id = next((word for word in lines if word.isdigit()), None)
         if code != 0 or job_id is None:
-            raise FederationError(f"{w.label}: supertune submit failed (exit code {code}){_tail(logfile)}")
+            raise FederationError(f"{w.label}: supertune submit failed (exit code {code}){log_tail(logfile)}")
         log.info("%s: submitted training job %s to %s", w.label, job_id, w.site.where)
         return job_id
 
@@ -148,12 +149,3 @@ class BuiltinExecutor:
                     )
             if pending:
                 time.sleep(self.fed.poll_seconds)
-
-
-def _tail(logfile: Path, lines: int = 5) -> str:
-    try:
-        text = logfile.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    shown = [line for line in text if line.strip()][-lines:]
-    return (":\n    " + "\n    ".join(shown) + f"\n  (whole log: {logfile})") if shown else f" (log: {logfile})"

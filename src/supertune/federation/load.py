@@ -18,11 +18,15 @@ from ..config.errors import ConfigError
 from ..config.yaml_file import read_yaml_mapping
 from ..errors import UserError
 from .layout import FederationDir
-from .schema import FederationConfig
+from .schema import FederationConfig, SiteConfig
 
-__all__ = ["load_federation", "federation_problems", "federation_text", "SITE_NAME"]
+__all__ = ["load_federation", "federation_problems", "federation_text", "login_parts", "plain_path", "SITE_NAME"]
 
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+# StreamFlow writes working directories and environment values into shell commands unquoted
+# (`cd DIR && export K="V" && ...`): paths it sees keep to characters that mean nothing to a shell.
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+,:@%=-]*$")
+_LOGIN = re.compile(r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?$")
 
 
 def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConfig, Path | None]:
@@ -60,6 +64,8 @@ def _absolute_paths(fed: FederationConfig, base: Path) -> None:
     for site in fed.sites:
         if site.config:
             site.config = absolute(site.config)
+    if fed.streamflow.ssh_key:
+        fed.streamflow.ssh_key = absolute(fed.streamflow.ssh_key)
     if fed.base_model and (fed.base_model.startswith((".", "/", "~")) or (base / fed.base_model).exists()):
         fed.base_model = absolute(fed.base_model)
 
@@ -98,15 +104,59 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
             p.append(f"{where}.weight: must be a positive number, got {site.weight}")
         if fed.executor != "streamflow":
-            for key in ("login", "workdir"):
+            for key in ("login", "workdir", "python"):
                 if getattr(site, key):
                     p.append(f"{where}.{key}: only used with executor: streamflow; remove it or set executor: streamflow")
+        else:
+            p += _streamflow_site_problems(where, site)
         if site.where != "local":
             p += _cluster_problem(where, site.where)
+    if fed.executor == "streamflow" and fed.streamflow.ssh_key and not Path(fed.streamflow.ssh_key).is_file():
+        p.append(f"streamflow.ssh_key: {fed.streamflow.ssh_key!r} does not exist; give the private key file for the login nodes, or none (SSH agent)")
     weighted = [s.weight is not None for s in fed.sites]
     if any(weighted) and not all(weighted):
         p.append("sites[].weight: given for some sites only; give every site a weight, or none (aggregation.weights decides)")
     return p
+
+
+def _streamflow_site_problems(where: str, site: SiteConfig) -> list[str]:
+    """A site reached over SSH names its login node, a directory and a Python there; a site without
+    login runs on this machine (or submits to a SLURM reachable from it) under the federation directory."""
+    p: list[str] = []
+    if not site.login:
+        for key in ("workdir", "python"):
+            if getattr(site, key):
+                p.append(f"{where}.{key}: only used for a site reached over SSH; set {where}.login, or remove {key} (this machine's are used)")
+        return p
+    if login_parts(site.login) is None:
+        p.append(f"{where}.login: {site.login!r} is not [user@]host[:port], e.g. me@login.leonardo.cineca.it or login01:2222")
+    if site.where == "local":
+        p.append(f"{where}.where: a site reached over SSH trains through its SLURM; name its cluster profile (e.g. where: leonardo)")
+    if not site.workdir:
+        p.append(f"{where}.workdir: a site reached over SSH needs a directory there for its runs and models, e.g. /leonardo_scratch/me/federation")
+    elif not plain_path(site.workdir):
+        p.append(f"{where}.workdir: {site.workdir!r} must be an absolute path of letters, digits and _./+,:@%=- (StreamFlow passes it to a shell unquoted)")
+    if not site.python:
+        p.append(f"{where}.python: a site reached over SSH needs the path of its Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python")
+    elif not plain_path(site.python):
+        p.append(f"{where}.python: {site.python!r} must be an absolute path of letters, digits and _./+,:@%=-")
+    return p
+
+
+def login_parts(login: str) -> tuple[str | None, str, int | None] | None:
+    """(user, host, port) of `[user@]host[:port]`; None when it is not that."""
+    m = _LOGIN.match(login)
+    if m is None:
+        return None
+    port = int(m["port"]) if m["port"] else None
+    if port is not None and not 0 < port < 65536:
+        return None
+    return m["user"], m["host"], port
+
+
+def plain_path(path: str) -> bool:
+    """An absolute path that a shell reads as it is (no quoting needed)."""
+    return bool(_PLAIN_PATH.match(path))
 
 
 def _cluster_problem(where: str, name: str) -> list[str]:

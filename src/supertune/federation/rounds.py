@@ -111,7 +111,9 @@ def _round_work(fed: FederationConfig, plans: list[SitePlan], root: FederationDi
         if number and read_receipt(sd.trained) is None:
             if not sd.config.is_file():
                 kept = _previous_checkpoint(fed, root, number, plan.site.name)
-                resolved = round_resolution(site_config_file(root, plan.site.name), round_overrides(fed, plan, number, previous, kept))
+                resolved = round_resolution(
+                    site_config_file(root, plan.site.name), round_overrides(fed, plan, number, previous, kept), files_here=not plan.site.login
+                )
                 sd.path.mkdir(parents=True, exist_ok=True)
                 sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
             work.train.append(SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained))

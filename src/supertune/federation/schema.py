@@ -44,7 +44,9 @@ class SiteConfig:
     login: str | None = None
     """StreamFlow only: the site's login node as [user@]host[:port], reached over SSH; empty: this machine."""
     workdir: str | None = None
-    """StreamFlow only: a directory on the site for its files (global models, runs); empty: under the federation directory."""
+    """StreamFlow only, with login: an absolute directory on the site for its files (global models, runs, StreamFlow's step folders)."""
+    python: str | None = None
+    """StreamFlow only, with login: the site's Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python."""
 
 
 @dataclass
@@ -52,7 +54,7 @@ class StreamFlowConfig:
     """Running each round through StreamFlow (executor: streamflow)."""
 
     command: str = "streamflow"
-    """The streamflow executable (0.2.0rc3, e.g. installed with `pip install 'supertune[streamflow]'`)."""
+    """The streamflow executable (0.2.0rc3): a path, or a name on PATH; the default falls back to <repo>/.venv-streamflow/bin/streamflow (scripts/env.sh makes it)."""
     ssh_key: str | None = None
     """Private key for the sites' login nodes; empty: the SSH agent and default keys."""
     polling_seconds: int = 5

@@ -7,10 +7,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .rounds import SiteWork
 
-__all__ = ["submit_evaluation", "EVAL_MODULE"]
+if TYPE_CHECKING:
+    from ..clusters.schema import ClusterProfile
+    from ..config.schema import RunConfig
+    from ..slurm.job import JobSpec
+
+__all__ = ["submit_evaluation", "evaluation_job", "EVAL_MODULE"]
 
 EVAL_MODULE = "supertune.federation.site_eval"
 
@@ -21,7 +27,6 @@ def submit_evaluation(w: SiteWork, model: Path) -> str:
     from ..config.load import load_saved_config
     from ..rundir import RunDir
     from ..slurm.commands import submit_script
-    from ..slurm.job import job_spec
     from ..slurm.script import render_sbatch
 
     assert w.receipt is not None
@@ -29,10 +34,20 @@ def submit_evaluation(w: SiteWork, model: Path) -> str:
     profile = load_profile(w.site.where, what=f"site {w.name}: where")
     directory = RunDir(w.directory / "evaluate")
     directory.logs.mkdir(parents=True, exist_ok=True)
-    job = job_spec(cfg, profile, str(directory.path), sys.executable)
-    job = dataclasses.replace(
+    job = evaluation_job(cfg, profile, directory.path, f"{w.name}-eval-r{w.round:03d}", (str(w.config), str(model), str(w.receipt)))
+    directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
+    return submit_script(str(directory.job_script), str(directory.path))
+
+
+def evaluation_job(cfg: RunConfig, profile: ClusterProfile, directory: Path, name: str, args: tuple[str, str, str]) -> JobSpec:
+    """The evaluation job of a site (one process on one node) from its run config and profile;
+    `args` are site_eval's (SITE_CONFIG, MODEL_DIR, RECEIPT). Also rendered inside a StreamFlow job."""
+    from ..slurm.job import job_spec
+
+    job = job_spec(cfg, profile, str(directory), sys.executable)
+    return dataclasses.replace(
         job,
-        name=f"{w.name}-eval-r{w.round:03d}",
+        name=name,
         launcher="srun",
         nodes=1,
         procs_per_node=1,
@@ -41,7 +56,5 @@ def submit_evaluation(w: SiteWork, model: Path) -> str:
         max_restarts=0,
         preflight=None,
         module=EVAL_MODULE,
-        module_args=(str(w.config), str(model), str(w.receipt)),
+        module_args=args,
     )
-    directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
-    return submit_script(str(directory.job_script), str(directory.path))

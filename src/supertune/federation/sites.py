@@ -39,7 +39,8 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
     for i, site in enumerate(fed.sites):
         where = f"sites[{i}] ({site.name})"
         try:
-            res = resolve(site.config, [*site.overrides, *_base_overrides(fed, site)])
+            # A site reached over SSH keeps its files there: checked where they are when its first round starts.
+            res = resolve(site.config, [*site.overrides, *_base_overrides(fed, site)], files_here=not site.login)
         except ConfigError as exc:
             problems += [f"{where}: {p}" for p in exc.problems]
             continue
@@ -99,6 +100,6 @@ def round_overrides(fed: FederationConfig, plan: SitePlan, number: int, global_m
     return overrides
 
 
-def round_resolution(plan_file: Path, overrides: list[str]) -> Resolution:
+def round_resolution(plan_file: Path, overrides: list[str], files_here: bool = True) -> Resolution:
     """The site's run config for one round: its resolved base config file with the round's settings."""
-    return resolve(plan_file, overrides)
+    return resolve(plan_file, overrides, files_here=files_here)

@@ -8,9 +8,17 @@ from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError
 from .hub import resolve_reference
 from .lora import add_lora
+from .model_files import check_saved_model, model_config_problems
+from .tokenizer import token_id_limit
 from .packed_attention import keep_packed_rows_apart, packed_rows_problem
 
-__all__ = ["build_model", "torch_dtype", "context_length", "config_override_problems", "document_mask_problems"]
+__all__ = [
+    "build_model",
+    "torch_dtype",
+    "context_length",
+    "config_override_problems",
+    "document_mask_problems",
+]
 
 
 def torch_dtype(name: str) -> Any:
@@ -35,6 +43,8 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
         model = AutoModelForCausalLM.from_config(config, **common)
     else:
         ref, hub = _model_source(m)
+        if not m.from_config:
+            check_saved_model(ref, "model.name_or_path", "auto", tokenizer=False)
         try:
             if m.from_config:
                 config = AutoConfig.from_pretrained(ref, **hub)
@@ -44,6 +54,10 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
                 model = AutoModelForCausalLM.from_pretrained(ref, **hub, **common)
         except (OSError, ValueError) as exc:
             raise UserError(f"model.name_or_path: cannot load {ref!r}: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:
+            if type(exc).__name__ != "SafetensorError":  # safetensors' Rust error type, not importable by name everywhere
+                raise
+            raise UserError(f"model.name_or_path: the weights of {ref!r} are damaged ({exc}); save or copy the model again") from None
     _fit_vocabulary(model, tokenizer)
     keep_packed_rows_apart(model)  # document-masked rows (data.document_mask): refuse, or keep them apart
     if m.gradient_checkpointing:
@@ -111,7 +125,14 @@ def config_override_problems(m: ModelConfig) -> list[str]:
         except (OSError, ValueError) as exc:
             return [f"model.name_or_path: cannot read the config of {ref!r}: {str(exc).splitlines()[0]}"]
     problem = _override_problem(config, m.config_overrides)
-    return [problem] if problem else []
+    if problem:
+        return [problem]
+    values = config.to_dict()
+    if m.name_or_path is None:
+        from ..defaults import default_model_config
+
+        values.update(default_model_config(vocab_size=1, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+    return [f"model.config_overrides: {p}" for p in model_config_problems({**values, **m.config_overrides})]
 
 
 def document_mask_problems(m: ModelConfig, d: DataConfig) -> list[str]:
@@ -158,10 +179,16 @@ def _apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
 
 
 def _fit_vocabulary(model: Any, tokenizer: Any) -> None:
-    """Grow the embeddings when the tokenizer knows more tokens than the model (added special tokens)."""
+    """Grow the embeddings when the tokenizer knows more tokens than the model (added special tokens).
+
+    Sized by the largest id, not the count: a vocabulary with gaps in its ids has fewer entries than
+    its largest id, and an id beyond the embedding rows is an index error on the CPU and a
+    device-side assert on a GPU, at the first batch that holds it.
+    """
     size = model.get_input_embeddings().weight.shape[0]
-    if len(tokenizer) > size:
-        model.resize_token_embeddings(len(tokenizer))
+    needed = token_id_limit(tokenizer)
+    if needed > size:
+        model.resize_token_embeddings(needed)
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         value = getattr(tokenizer, name)
         if getattr(model.config, name, None) is None and value is not None:

@@ -10,7 +10,7 @@ from ..config.schema import RunConfig
 from ..errors import UserError
 from .hub import resolve_reference
 
-__all__ = ["load_tokenizer", "tokenizer_source"]
+__all__ = ["load_tokenizer", "token_id_limit", "tokenizer_problem", "tokenizer_source"]
 
 
 def tokenizer_source(cfg: RunConfig) -> tuple[str, bool]:
@@ -49,9 +49,34 @@ def load_tokenizer(cfg: RunConfig) -> Any:
         raise UserError(f"model.tokenizer: {ref!r} has no fast (Rust) tokenizer; supertune needs tokenizer.json")
     if tok.eos_token_id is None:
         raise UserError(f"model.tokenizer: {ref!r} has no EOS token, which packing puts between documents")
+    problem = tokenizer_problem(tok)
+    if problem:
+        field = "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        raise UserError(f"{field}: the tokenizer of {ref!r} {problem}; give a directory with the tokenizer the model was trained with (tokenizer.json)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def token_id_limit(tokenizer: Any) -> int:
+    """One more than the largest id the tokenizer can produce (its added tokens included): its length,
+    unless its vocabulary leaves gaps in the ids."""
+    ids = tokenizer.get_vocab().values()
+    return max(len(tokenizer), max(ids, default=-1) + 1)
+
+
+def tokenizer_problem(tok: Any) -> str | None:
+    """Why a loaded tokenizer cannot encode text (None: it can): a vocabulary of nothing but its
+    special tokens, which transformers builds from a tokenizer_config.json without vocabulary files.
+
+    Structural on purpose: probing with some text would refuse tokenizers of other scripts or of
+    DNA; whether the run's own text encodes is checked on its first batch (data.sample_checks).
+    """
+    special = set(getattr(tok, "all_special_ids", []) or []) | set(getattr(tok, "added_tokens_encoder", {}).values())
+    ordinary = [i for i in tok.get_vocab().values() if i not in special]
+    if not ordinary:
+        return f"has no vocabulary (only its {len(special)} special tokens): every document would encode into nothing but EOS"
+    return None
 
 
 def _trained_on_data(cfg: RunConfig) -> Path:

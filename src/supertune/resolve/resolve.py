@@ -26,6 +26,7 @@ from ..config.validate import config_problems
 from ..config.yaml_file import read_config_file
 from ..errors import UserError
 from .checks import bundle_problems, deep_problems, site_problems
+from .global_batch import planned_world_size, with_global_batch
 from .layers import Layer, merge_layers, origins
 
 __all__ = ["Resolution", "resolve", "resolve_run_config", "load_run_dir_config", "COMMAND_LINE"]
@@ -53,8 +54,14 @@ def resolve(
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
     base_name: str = "base",
+    files_here: bool = True,
 ) -> Resolution:
-    """Resolve a new run's config from its layers; one ConfigError lists every problem found."""
+    """Resolve a new run's config from its layers; one ConfigError lists every problem found.
+
+    files_here=False: the run's files (data, models, a DeepSpeed file) are on another machine (a
+    federated site reached over SSH): only types, keys and the profile are checked here, and paths
+    are left as written; the site resolves the config again, with every check, where the files are.
+    """
     user_layers = []
     if base:
         user_layers.append(Layer(base_name, base))
@@ -70,6 +77,11 @@ def resolve(
         cfg = build_config(RunConfig, merge_layers(layers))
     except ConfigError as exc:
         raise ConfigError(problems + exc.problems) from None
+    cfg = _planned_global_batch(cfg, profile, problems)
+    if not files_here:
+        if problems:
+            raise ConfigError(problems)
+        return Resolution(cfg, tuple(layers), profile, tuple(overrides or ()))
     _check(cfg, profile, problems)
     return Resolution(absolute_paths(cfg), tuple(layers), profile, tuple(overrides or ()))
 
@@ -97,6 +109,23 @@ def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) 
         problems += deep_problems(cfg)
     if problems:
         raise ConfigError(problems)
+
+
+def _planned_global_batch(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) -> RunConfig:
+    """training.global_batch_size split for the processes the config plans (written into config.yaml;
+    each training process checks it against its own world size)."""
+    from ..config.ranges import within_range
+
+    t = cfg.training
+    if t.global_batch_size is None or t.global_batch_size <= 0 or t.per_device_train_batch_size <= 0:
+        return cfg  # nothing to split, or a value config_problems reports
+    if not (within_range("training.global_batch_size", t.global_batch_size) and within_range("training.per_device_train_batch_size", t.per_device_train_batch_size)):
+        return cfg  # past its bound: reported by config_problems (and the split would search that far)
+    try:
+        return with_global_batch(cfg, max(1, planned_world_size(cfg, profile)))
+    except ConfigError as exc:
+        problems += exc.problems
+        return cfg
 
 
 def _cluster_name(data: dict[str, Any]) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UserError
 from ..subprocesses import run_captured
 
-__all__ = ["JobState", "submit_script", "job_state", "cancel_job", "requeue_job", "FINISHED_STATES"]
+__all__ = ["JobState", "submit_script", "job_state", "cancel_job", "requeue_job", "cancel_named", "named_jobs", "FINISHED_STATES"]
 
 FINISHED_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
@@ -74,3 +75,15 @@ def cancel_job(job_id: str) -> None:
 
 def requeue_job(job_id: str) -> None:
     _check(run_captured(["scontrol", "requeue", job_id]), f"scontrol requeue {job_id}")
+
+
+def cancel_named(name: str, via: Sequence[str] = ()) -> None:
+    """scancel every job named `name` that this user may cancel (give names unique to their work);
+    `via` runs it elsewhere, e.g. ssh to a login node."""
+    _check(run_captured([*via, "scancel", f"--name={name}"]), f"scancel --name={name}")
+
+
+def named_jobs(name: str, via: Sequence[str] = ()) -> list[str]:
+    """Ids of the jobs named `name` that Slurm still lists (pending, running, completing); `via` as for cancel_named."""
+    out = _check(run_captured([*via, "squeue", "--noheader", f"--name={name}", "--format=%i"]), f"squeue --name={name}")
+    return [line.strip() for line in out.splitlines() if line.strip()]

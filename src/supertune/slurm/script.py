@@ -84,8 +84,9 @@ def comment(text: str) -> str:
 
 
 def modules_section(profile: ClusterProfile) -> str:
-    """The profile's `module purge` / `module load` lines (empty when it has none)."""
-    if not profile.modules and not profile.module_purge:
+    """The profile's `module purge` / `module use` / `module load` lines (empty when it has none).
+    The search paths come before the loads, since the modules may live there (LUMI's AI modules do)."""
+    if not profile.modules and not profile.module_purge and not profile.module_use:
         return ""
     lines = [
         f"# Software stack of the cluster profile {comment(profile.name)}",
@@ -94,6 +95,8 @@ def modules_section(profile: ClusterProfile) -> str:
     ]
     if profile.module_purge:
         lines.append("module purge")
+    if profile.module_use:
+        lines.append("module use " + " ".join(quote(path) for path in profile.module_use))
     if profile.modules:
         lines.append("module load " + " ".join(quote(m) for m in profile.modules))
     lines.append("set -u")

@@ -38,7 +38,9 @@ def _source(path: str) -> SourceFile:
 def _hub_paths(d: DataConfig) -> dict[str, list[str]]:
     """A cached hub dataset is its Arrow files in the datasets cache, per split (loading it again
     here costs nothing: the cache is memory-mapped)."""
-    from ..data.sources import load_hub_dataset
+    from ..data.sources import load_hub_dataset, validation_split_name
 
     loaded = load_hub_dataset(d)
-    return {split: [c["filename"] for c in loaded[split].cache_files] for split in ("train", "validation") if split in loaded}
+    chosen = validation_split_name(d, list(loaded))  # data.validation_split: the split training evaluates on
+    splits = {"train": "train", **({"validation": chosen} if chosen else {})}
+    return {name: [c["filename"] for c in loaded[split].cache_files] for name, split in splits.items() if split in loaded}

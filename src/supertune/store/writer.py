@@ -25,7 +25,9 @@ import numpy as np
 from ..config.schema import RunConfig
 from ..data.documents import iter_row_batches, render_texts
 from ..data.encode_threads import encode_in_threads
+from ..data.sample_checks import check_rows
 from ..errors import UserError
+from ..modeling.tokenizer import token_id_limit
 from .manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -141,7 +143,7 @@ def prepare_store(
 
 def id_dtype(tokenizer: Any) -> np.dtype:
     """Little-endian uint16 when every id fits (vocabularies up to 65,536), else uint32."""
-    return np.dtype("<u2") if len(tokenizer) <= 1 << 16 else np.dtype("<u4")
+    return np.dtype("<u2") if token_id_limit(tokenizer) <= 1 << 16 else np.dtype("<u4")
 
 
 @dataclass
@@ -231,17 +233,25 @@ def tokenize_rows(rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.
     # 2.5 s prepare. Frozen objects are still freed by reference counting; only garbage cycles
     # among them would outlive this, and a prepare process ends after writing.
     gc.freeze()
-    vocab = len(tokenizer)
+    vocab = token_id_limit(tokenizer)  # a vocabulary with gaps has ids up to this, beyond its length
     counts = np.zeros(vocab, dtype=np.int64)
     total = len(rows) if hasattr(rows, "__len__") else None
     progress = Progress(name, total)
-    batches = ((_row_count(batch), render_texts(batch, cfg.data)) for batch in iter_row_batches(rows))
+    batches = ((_row_count(batch), render_texts(batch, cfg.data)) for batch in _first_checked(iter_row_batches(rows), cfg, name))
     for row_count, flat, lengths in encode_in_threads(batches, tokenizer, cfg.data.add_eos):
         sink(flat, lengths)
         counts += np.bincount(flat, minlength=vocab)
         progress.update(row_count, len(flat))
     progress.close()
     return counts
+
+
+def _first_checked(batches: Any, cfg: RunConfig, name: str) -> Any:
+    """The batches of rows, the first one checked for rows that would tokenize into garbage (data.sample_checks)."""
+    for i, batch in enumerate(batches):
+        if i == 0:
+            check_rows(batch, cfg.data, name)
+        yield batch
 
 
 def _row_count(batch: dict[str, list[Any]]) -> int:
@@ -255,8 +265,12 @@ def _split_rule(cfg: RunConfig, validation_source: bool) -> dict[str, Any]:
     rule: dict[str, Any] = {"max_train_samples": d.max_train_samples, "max_eval_samples": d.max_eval_samples}
     if validation_source:
         rule["validation"] = "files"
+        if d.dataset_name:
+            rule["validation_split"] = d.validation_split  # auto: validation, else test (the sources name the files)
     else:
         rule.update(validation="percentage", percentage=d.validation_split_percentage, seed=cfg.training.seed)
+    if d.sample == "shuffled":  # which documents max_*_samples kept (the first N otherwise)
+        rule.update(sample="shuffled", seed=cfg.training.seed)
     return rule
 
 

@@ -11,11 +11,13 @@ from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..data.pipeline import build_training_data
 from ..distributed.strategy import prepare_process, shards_parameters
+from ..doctor.startup import refuse_invisible_gpus
 from ..evaluation.generate import generate_text
 from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
+from ..resolve.global_batch import fit_global_batch
 from ..rundir import RunDir, write_json_atomic
 from .callbacks import append_event
 from .final_model import save_final_model
@@ -35,13 +37,15 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
 
     started = time.time()
     env = launch_environment()
+    cfg = fit_global_batch(cfg, env.world_size)  # training.global_batch_size against this launch's process count
+    refuse_invisible_gpus()
     prepare_process(cfg, env)
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
-    _log_plan(cfg, model, data, env.world_size)
+    _log_plan(cfg, model, data, env.world_size, trainer.telemetry)
     train_out, resumed = _train_or_resume(cfg, trainer, env)
     if trainer.supertune.guard.stopped is not None:
         return _stopped(run, trainer, trainer.supertune.guard.stopped, env)
@@ -152,10 +156,12 @@ def _summary(
         # data.document_mask: the share of training token slots left as padding (None otherwise).
         "padding_share": data.padding_share,
         "model": cfg.model.name_or_path or "embedded tiny Llama",
+        # Throughput, TFLOP/s and MFU over the steps after the first, the FLOP formula and the peak used.
+        **trainer.telemetry.summary_fields(),
     }
 
 
-def _log_plan(cfg: RunConfig, model: Any, data: Any, world_size: int) -> None:
+def _log_plan(cfg: RunConfig, model: Any, data: Any, world_size: int, telemetry: Any) -> None:
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     t = cfg.training
@@ -170,3 +176,4 @@ def _log_plan(cfg: RunConfig, model: Any, data: Any, world_size: int) -> None:
         f" = {per_step} tokens per step" if per_step else "",
         data.train_tokens_available if data.train_tokens_available is not None else "unknown (streaming)",
     )
+    telemetry.log_plan()  # devices, FLOPs per token and the formula, the peak (or why there is no MFU)

@@ -13,8 +13,10 @@ from ..distributed.guard import StrategyGuard
 from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir
+from ..telemetry.callback import Telemetry
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
+from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
 from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
@@ -42,18 +44,22 @@ def build_trainer(
     cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment
 ) -> tuple[Any, StrategyGuard]:
     """The Trainer (its RunGuard, which stops the run on request or on a NaN, is trainer.supertune.guard),
-    and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks."""
+    and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks.
+    trainer.telemetry measures throughput and MFU (supertune.telemetry)."""
     from transformers import default_data_collator
 
     layout = CheckpointDir(run.checkpoints)
     guard = StrategyGuard(cfg, env.world_size)
     run_guard = RunGuard(run, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
-    callbacks: list[Any] = [MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
+    telemetry = Telemetry.for_run(cfg, model, data, env)
+    # telemetry.fields first: it adds throughput and MFU to the log records the others write.
+    callbacks: list[Any] = [telemetry.fields, MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
     if not progress_bar_wanted():
         callbacks.append(ProgressLines(cfg.output.progress_seconds))
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
         callbacks.append(tensorboard_callback(run.tensorboard))
+    callbacks.append(telemetry.clock)  # last: a step's time includes the other callbacks' work
     for problem in internals_problems() if env.is_main else ():
         log.warning("%s; checkpoints or NaN checks may not work: use the transformers version in pinned-requirements.txt", problem)
     args = training_arguments(cfg, run, strategy_arguments(cfg, run, model, env))
@@ -61,7 +67,7 @@ def build_trainer(
     trainer = GuardedTrainer(
         model=model,
         args=args,
-        train_dataset=data.train,
+        train_dataset=whole_global_batches(data.train, cfg.training.global_batch_size),
         eval_dataset=data.validation,
         data_collator=data.collator or default_data_collator,
         processing_class=tokenizer,
@@ -76,5 +82,6 @@ def build_trainer(
         guard=run_guard,
         init_optimizer_from=Path(cfg.training.init_optimizer_from) if cfg.training.init_optimizer_from else None,
     )
+    trainer.telemetry = telemetry
     guard.trainer = trainer
     return trainer, guard

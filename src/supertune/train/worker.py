@@ -6,6 +6,7 @@ the deepspeed launcher, or directly by srun; supertune.launch.environment tells 
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -52,6 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the process once the run's files are written, skipping the interpreter's teardown.
+
+    Every file of the run is written, fsynced and renamed into place before this. What the teardown
+    would still do is destroy native objects in no particular order, and a worker of a finished
+    multi-process run now and then died there of SIGABRT ("terminate called without an active
+    exception", seen 5 times in some hundreds of runs under load, never reproduced alone), which its
+    launcher reports as a failed run. The cost: atexit handlers do not run; the logs are flushed here.
+    """
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def describe(view: LaunchEnvironment) -> str:
     """This process's place in the job, in one line."""
     master = f"{view.master_addr}:{view.master_port}" if view.master_addr else "none"
@@ -63,4 +81,4 @@ def describe(view: LaunchEnvironment) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -1,0 +1,241 @@
+"""One step of a federated round as StreamFlow runs it, where StreamFlow put it:
+
+    python -m supertune.federation.site_task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
+    python -m supertune.federation.site_task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
+    python -m supertune.federation.site_task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+
+Each writes its outputs into the current directory (StreamFlow's output folder of the step), under
+names that tell the sites apart: train `checkpoint-S/` (hard links of the run's final checkpoint)
+and `trained-S.json`; average `global-model/` and `averaged.json`; evaluate `evaluated-S.json`.
+
+A site's run lives at a stable path (`--site-dir`/run), not in StreamFlow's folders, which are new
+on every run: a round that failed and is run again resumes the same run from its latest checkpoint.
+The global model StreamFlow staged is linked to `--site-dir`/start-model first, so the run's config
+names the same model every time (a resumed run refuses changed settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import UserError
+
+__all__ = ["main", "link_tree", "START_MODEL", "TRAIN_LOG"]
+
+START_MODEL = "start-model"
+"""The global model a site's round starts from, next to its run."""
+TRAIN_LOG = "train.log"
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """`target` as a copy of the directory `source` made of hard links (copies across file systems),
+    published by a rename: a directory at `target` is always complete. An existing one is kept."""
+    if target.is_dir():
+        return
+    source = source.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        for path in sorted(source.rglob("*")):
+            dest = tmp / path.relative_to(source)
+            if path.is_dir():
+                dest.mkdir(exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, dest)
+            except OSError:  # another file system, or one without hard links
+                shutil.copy2(path, dest)
+        os.chmod(tmp, 0o755)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _restore_home() -> None:
+    """A CWL runner sets HOME to the step's output folder (the current directory). supertune's
+    caches, user profiles and the Hugging Face cache default to paths under the real home, so it is
+    taken back from the password database. A HOME set on purpose for the step is left alone."""
+    import pwd
+
+    if os.environ.get("HOME") and Path(os.environ["HOME"]).resolve() == Path.cwd().resolve():
+        os.environ["HOME"] = pwd.getpwuid(os.getuid()).pw_dir
+
+
+# -- train ----------------------------------------------------------------------------------------
+
+
+def train(site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path) -> dict:
+    """The site's round, trained or resumed at its stable path (or found finished: a round run again
+    after its average failed hands the finished checkpoint out again), checked, handed out."""
+    from ..rundir import RunDir
+    from .phases import trained_record
+
+    site_dir.mkdir(parents=True, exist_ok=True)
+    run = RunDir(site_dir / "run")
+    kept = site_dir / "site.yaml"
+    text = config.read_text(encoding="utf-8")
+    if not kept.is_file() or kept.read_text(encoding="utf-8") != text:
+        kept.write_text(text, encoding="utf-8")
+    if not run.summary.is_file():
+        start = site_dir / START_MODEL
+        link_tree(global_model, start)
+        _train_run(site, number, kept, start, run.path, site_dir / TRAIN_LOG)
+    record = trained_record(site, number, run.path)
+    # The whole checkpoint, as its manifest lists it (the average refuses one with files missing):
+    # with AdamW in fp32 that includes an optimizer state twice the weights' size.
+    link_tree(Path(record["checkpoint"]), out / f"checkpoint-{site}")
+    _write_json(out / f"trained-{site}.json", record)
+    return record
+
+
+def _train_run(site: str, number: int, config: Path, start: Path, run: Path, logfile: Path) -> None:
+    """Train the site's round here (`supertune train`), or, for a cluster site, run the job script
+    supertune renders for it inside the SLURM allocation StreamFlow submitted."""
+    from ..config.load import load_saved_config
+    from ..subprocesses import run_logged
+
+    model = f"model.name_or_path={start}"
+    label = f"{site} round {number}"
+    if load_saved_config(config).launch.cluster == "local":
+        argv = [sys.executable, "-m", "supertune", "train", str(config), model, "--run-dir", str(run)]
+    else:
+        argv = ["bash", str(_job_script(label, config, model, run))]
+    print(f"supertune: {label}: training (log {logfile})", flush=True)
+    code = run_logged(argv, logfile)
+    if code != 0:
+        raise UserError(f"{label}: training stopped (exit code {code}); see {logfile}; the run in {run} resumes when the round runs again")
+
+
+def _job_script(label: str, config: Path, model: str, run: Path) -> Path:
+    """The run's job script, rendered as `supertune submit` renders it, to run in this allocation.
+    slurm.max_restarts=0: the job is StreamFlow's, and a requeue would restart StreamFlow's command."""
+    from ..cli.run_dir_choice import choose_run_dir
+    from ..launch.environment import slurm_allocation
+    from ..resolve import resolve
+    from ..slurm.jobs import prepare_job
+
+    if slurm_allocation() is None:
+        raise UserError(f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment")
+    resolution = resolve(config, [model, "slurm.max_restarts=0"])
+    choice = choose_run_dir(str(run), resolution, no_resume=False)
+    prepare_job(resolution.config, resolution.profile, choice.run)
+    return choice.run.job_script
+
+
+# -- average ----------------------------------------------------------------------------------------
+
+
+def average(federation: Path, number: int, previous: Path, checkpoints: list[tuple[str, Path]], publish: Path, out: Path) -> dict:
+    """Average the sites' checkpoints into `publish` (the round's global model in the federation
+    directory: this step runs on the federation's machine), and link it into `out` for the evaluations."""
+    from .load import load_federation
+    from .phases import average_round
+
+    fed, _ = load_federation(federation)
+    record = average_round(fed, number, [s for s, _ in checkpoints], [str(c) for _, c in checkpoints], previous, publish, out / "averaged.json")
+    link_tree(publish, out / "global-model")
+    return record
+
+
+# -- evaluate -------------------------------------------------------------------------------------
+
+
+def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, out: Path) -> dict:
+    """The global model's loss on the site's validation data: here for a local site, through the
+    site's evaluation job script (its modules, environment, container) inside the allocation otherwise."""
+    from ..config.load import load_saved_config
+    from .site_eval import evaluate_at_site
+
+    receipt = out / f"evaluated-{site}.json"
+    cfg = load_saved_config(config)
+    if cfg.launch.cluster == "local":
+        return evaluate_at_site(config, model, receipt)
+    from ..clusters import load_profile
+    from ..launch.environment import slurm_allocation
+    from ..rundir import RunDir
+    from ..slurm.script import render_sbatch
+    from ..subprocesses import run_logged
+    from .site_jobs import evaluation_job
+
+    label = f"{site} round {number}"
+    if slurm_allocation() is None:
+        raise UserError(f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment")
+    directory = RunDir(site_dir / "evaluate")
+    directory.logs.mkdir(parents=True, exist_ok=True)
+    kept = directory.path / "site.yaml"
+    shutil.copyfile(config, kept)
+    profile = load_profile(cfg.launch.cluster, what=f"site {site}: where")
+    job = evaluation_job(cfg, profile, directory.path, f"{site}-eval-r{number:03d}", (str(kept), str(model), str(receipt)))
+    directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
+    logfile = site_dir / "evaluate.log"
+    code = run_logged(["bash", str(directory.job_script)], logfile)
+    if code != 0 or not receipt.is_file():
+        raise UserError(f"{label}: evaluation stopped (exit code {code}); see {logfile}")
+    return json.loads(receipt.read_text(encoding="utf-8"))
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _write_json(path: Path, record: dict) -> None:
+    from ..rundir import write_json_atomic
+
+    write_json_atomic(path, record)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m supertune.federation.site_task", description="One step of a federated round (StreamFlow).")
+    sub = p.add_subparsers(dest="task", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--site", required=True)
+    t.add_argument("--round", type=int, required=True)
+    t.add_argument("--config", type=Path, required=True, help="the site's resolved run config of this round")
+    t.add_argument("--site-dir", type=Path, required=True, help="the site's stable folder of this round (the run, its log)")
+    t.add_argument("--global-model", type=Path, required=True, help="the global model this round starts from (as StreamFlow staged it)")
+    a = sub.add_parser("average")
+    a.add_argument("--federation", type=Path, required=True)
+    a.add_argument("--round", type=int, required=True)
+    a.add_argument("--previous", type=Path, required=True)
+    a.add_argument("--publish", type=Path, required=True, help="where the round's global model goes (federation directory)")
+    a.add_argument("--sites", nargs="+", required=True, help="the sites, in the federation's order")
+    a.add_argument("--checkpoint", type=Path, action="append", default=[], help="each site's final checkpoint, in the order of --sites")
+    e = sub.add_parser("evaluate")
+    e.add_argument("--site", required=True)
+    e.add_argument("--round", type=int, required=True)
+    e.add_argument("--config", type=Path, required=True, help="the site's base run config (its data settings)")
+    e.add_argument("--site-dir", type=Path, required=True)
+    e.add_argument("--model", type=Path, required=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _restore_home()
+    out = Path.cwd()
+    try:
+        if args.task == "train":
+            record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
+            print(f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified", flush=True)
+        elif args.task == "average":
+            if len(args.sites) != len(args.checkpoint):
+                raise UserError(f"--checkpoint: {len(args.checkpoint)} given for {len(args.sites)} sites; give one per site, in their order")
+            record = average(args.federation, args.round, args.previous, list(zip(args.sites, args.checkpoint)), args.publish, out)
+            print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
+        else:
+            record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
+            print(f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model", flush=True)
+    except UserError as exc:
+        print(f"supertune: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The StreamFlow executor (`executor: streamflow`): what is left of a round becomes one CWL workflow
+(`federation.cwl`), run by one `streamflow run` per round; the round boundary stays supertune's
+restart point, since StreamFlow cannot resume a run.
+
+Per round, under <federation dir>/streamflow/round-NNN/: round.cwl, job.yml, streamflow.yml, the
+log of `streamflow run` (streamflow.log), its database, the step folders of the sites on this
+machine (work/), and the outputs StreamFlow copies back (out/: the receipts). Nothing StreamFlow
+says is taken on trust: a SLURM job cancelled by scancel ends with exit code 0 and counts as a
+success there, so every expected output is read and checked here before the round's receipts are
+written, as the built-in executor writes them. After a failed or interrupted run, the round's SLURM
+jobs are cancelled by name (StreamFlow's own cleanup leaves them running), and so is what an
+earlier attempt of the round left behind, before the round runs again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import UserError
+from .builtin import FederationError
+from .log_tail import log_tail
+from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, slurm_service, streamflow_config
+from .layout import FederationDir
+from .load import login_parts, plain_path
+from .receipts import read_receipt, write_receipt
+from .rounds import RoundWork, SiteWork, site_config_file
+from .schema import FederationConfig, SiteConfig
+
+__all__ = ["StreamFlowExecutor", "streamflow_command", "TESTED_VERSION"]
+
+log = logging.getLogger("supertune")
+
+TESTED_VERSION = "0.2.0rc3"
+SERVICES = ("train", "evaluate")
+
+
+class StreamFlowExecutor:
+    def __init__(self, fed: FederationConfig, root: FederationDir) -> None:
+        self.fed = fed
+        self.root = root
+        self._command: str | None = None
+
+    def run_round(self, work: RoundWork) -> None:
+        from ..subprocesses import end_group, run_group_logged
+
+        if not (work.train or work.average or work.evaluate):
+            return
+        if not plain_path(str(self.root.path)):
+            raise UserError(f"--dir: {self.root.path} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
+                            "(StreamFlow passes its folders to a shell unquoted)")  # fmt: skip
+        command = self._command or streamflow_command(self.fed)
+        self._command = command
+        n = work.number
+        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
+        places = {s.name: self._place(s, work) for s in self.fed.sites}
+        work, given = self._finished_training(work)
+        workflow = round_workflow(work, places, self._here(n), self.root.path, given)
+        job = round_job(work, {w.name: w.config for w in work.train}, given)
+        steps = list(workflow["steps"])
+        config = streamflow_config(self.fed, work, places, files, steps)
+        if files.directory.exists():  # an earlier attempt of this round: end what it left running
+            if end_group(files.group, str(self.root.path)):
+                log.info("round %d: ended the processes an earlier attempt of this round left running", n)
+            note = self._cancel_jobs(work, places, wait=True)
+            if note:
+                log.warning("round %d%s", n, note)
+        shutil.rmtree(files.outdir, ignore_errors=True)
+        files.tmp.mkdir(parents=True, exist_ok=True)
+        for path, data in ((files.workflow, workflow), (files.job, job), (files.streamflow, config)):
+            path.write_text(yaml.safe_dump(data, sort_keys=False, width=10**6), encoding="utf-8")
+        log.info("round %d: streamflow run %s (%s; log %s)", n, files.streamflow, ", ".join(steps), files.log)
+        argv = [command, "run", str(files.streamflow), "--outdir", str(files.outdir), "--name", f"{self.fed.name}-round-{n:03d}"]
+        # StreamFlow's own temporary files stay in the round's folder; SLURM_CONF and the rest of
+        # this environment reach sbatch where StreamFlow runs it (a slurm deployment without ssh).
+        offset = files.log.stat().st_size if files.log.is_file() else 0
+        code = run_group_logged(argv, files.log, files.group, env={"TMPDIR": str(files.tmp)})
+        if code != 0:
+            self._keep_finished_training(work)
+            note = self._cancel_jobs(work, places, wait=False)
+            raise FederationError(
+                f"round {n}: streamflow run failed (exit code {code}){_errors(files.log, offset)}{note}; the sites' own logs are in "
+                f"their round folders (train.log, evaluate.log); run the federation again to run what is left of round {n}"
+            )
+        self._record(work, files, places)
+
+    # -- where each site's files are ----------------------------------------------------------------
+
+    def _here(self, number: int) -> SitePlace:
+        """The federation's machine, where the average runs."""
+        return SitePlace("federation", str(self.root.round(number).path), sys.executable, _local_env())
+
+    def _place(self, site: SiteConfig, work: RoundWork) -> SitePlace:
+        n = work.number
+        if site.login:
+            assert site.workdir is not None and site.python is not None  # load.py requires both with login
+            base = f"{site.workdir.rstrip('/')}/{self.fed.name}"
+            site_dir, python, env = f"{base}/round-{n:03d}/{site.name}", site.python, {}
+            workdir: str | None = f"{base}/streamflow/round-{n:03d}/{site.name}"
+        else:
+            site_dir, python, env, workdir = str(self.root.round(n).site(site.name).path), sys.executable, _local_env(), None
+        services = self._services(site, work, site_dir, python) if site.where != "local" else None
+        return SitePlace(site.name, site_dir, python, env, site.login, workdir, services)
+
+    def _services(self, site: SiteConfig, work: RoundWork, site_dir: str, python: str) -> dict[str, dict[str, Any]]:
+        """The SLURM allocations of the site's steps: what its job scripts ask for (job_spec)."""
+        from ..clusters import load_profile
+        from ..config.load import load_saved_config
+        from ..slurm.job import job_spec
+        from .site_jobs import evaluation_job
+
+        profile = load_profile(site.where, what=f"site {site.name}: where")
+        base = load_saved_config(site_config_file(self.root, site.name))
+        round_config = self.root.round(work.number).site(site.name).config
+        trained = load_saved_config(round_config) if round_config.is_file() else base
+        train = job_spec(trained, profile, f"{site_dir}/run", python)
+        evaluate = evaluation_job(base, profile, Path(site_dir) / "evaluate", site.name, ("", "", ""))
+        return {
+            "train": slurm_service(train, job_name(self.fed, work.number, site.name, "train")),
+            "evaluate": slurm_service(evaluate, job_name(self.fed, work.number, site.name, "evaluate")),
+        }
+
+    def _finished_training(self, work: RoundWork) -> tuple[RoundWork, dict[str, str]]:
+        """For the average, the sites that trained in an earlier attempt of the round: a checkpoint
+        on this machine becomes an input; a site with login gets its train step again, which finds
+        the run finished and hands its checkpoint out (the checkpoint is only at the site)."""
+        if not work.average:
+            return work, {}
+        training = {w.name for w in work.train}
+        again, given = [], {}
+        for site in self.fed.sites:
+            if site.name in training:
+                continue
+            sd = self.root.round(work.number).site(site.name)
+            if site.login:
+                again.append(SiteWork(site, work.number, sd.config, sd.path, run=sd.run, receipt=sd.trained))
+                continue
+            checkpoint = (read_receipt(sd.trained) or {}).get("checkpoint", "")
+            if not Path(checkpoint).is_dir():
+                raise FederationError(
+                    f"{site.name} round {work.number}: its training receipt names the checkpoint {checkpoint!r}, which is gone; "
+                    f"delete {sd.trained} to train the site's round again"
+                )
+            given[site.name] = checkpoint
+        if not again:
+            return work, given
+        order = [s.name for s in self.fed.sites]
+        train = sorted([*work.train, *again], key=lambda w: order.index(w.name))
+        return dataclasses.replace(work, train=train), given
+
+    # -- after the run --------------------------------------------------------------------------------
+
+    def _record(self, work: RoundWork, files: RoundFiles, places: dict[str, SitePlace]) -> None:
+        """Read and check every output the round should have made, then write its receipts."""
+        from ..averaging import read_average_manifest
+        from .phases import trained_record
+
+        n = work.number
+        for w in work.train:
+            record = _output(files, f"trained-{w.name}.json", f"{w.label}: training")
+            if record.get("site") != w.name or record.get("round") != n or not isinstance(record.get("tokens"), int):
+                raise FederationError(f"{w.label}: {files.outdir / f'trained-{w.name}.json'} is not this site's training receipt of round {n}")
+            if not w.site.login:
+                # On this machine: checked again here, the checkpoint's files against its manifest.
+                assert w.run is not None
+                try:
+                    record = trained_record(w.name, n, w.run)
+                except UserError as exc:
+                    raise FederationError(str(exc)) from None
+            assert w.receipt is not None
+            write_receipt(w.receipt, record)
+        if work.average:
+            record = _output(files, "averaged.json", f"round {n}: average")
+            try:
+                manifest = read_average_manifest(work.global_model)
+            except ValueError as exc:
+                raise FederationError(f"round {n}: the average reported success, but {work.global_model} is not a published average ({exc})") from None
+            if record.get("round") != n or len(manifest.inputs) != len(self.fed.sites):
+                raise FederationError(f"round {n}: {files.outdir / 'averaged.json'} does not describe the average in {work.global_model}")
+            write_receipt(work.averaged, record)
+        for w in work.evaluate:
+            record = _output(files, f"evaluated-{w.name}.json", f"{w.label}: evaluation")
+            loss = record.get("eval_loss")
+            if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+                raise FederationError(f"{w.label}: {files.outdir / f'evaluated-{w.name}.json'} has no finite eval_loss")
+            # What was evaluated: the round's global model (the site read StreamFlow's copy of it).
+            record = {**record, "model": str(work.global_model)}
+            assert w.receipt is not None
+            write_receipt(w.receipt, record)
+            log.info("%s: eval loss %.4f of the global model on this site's data", w.label, loss)
+
+    def _keep_finished_training(self, work: RoundWork) -> None:
+        """After a failed run: the receipts of runs on this machine that did finish (the next
+        attempt would only hand their checkpoints out again)."""
+        from .phases import trained_record
+
+        for w in work.train:
+            if not w.site.login and w.run is not None and w.receipt is not None:
+                try:
+                    write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
+                except UserError:
+                    continue  # not finished: it resumes from its latest checkpoint next time
+
+    def _cancel_jobs(self, work: RoundWork, places: dict[str, SitePlace], wait: bool) -> str:
+        """scancel --name for every SLURM job of this round; with `wait`, until SLURM lists none of
+        them (a cancelled training saves its checkpoint first). Returns a note on what failed."""
+        import time
+
+        from ..slurm.commands import cancel_named, named_jobs
+
+        problems = []
+        for place in places.values():
+            if place.services is None:
+                continue
+            via = _ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
+            for service in SERVICES:
+                name = job_name(self.fed, work.number, place.name, service)
+                try:
+                    if not named_jobs(name, via):
+                        continue
+                    log.info("round %d: cancelling the SLURM jobs named %s%s", work.number, name, f" at {place.login}" if place.login else "")
+                    cancel_named(name, via)
+                    deadline = time.monotonic() + 300
+                    while wait and named_jobs(name, via) and time.monotonic() < deadline:
+                        time.sleep(self.fed.poll_seconds)
+                except UserError as exc:
+                    problems.append(f"{name}: {exc}")
+        if problems:
+            return "; could not cancel the round's SLURM jobs by name (cancel them by hand): " + "; ".join(problems)
+        return ""
+
+
+def _errors(log: Path, offset: int, limit: int = 4) -> str:
+    """What went wrong in this attempt, from StreamFlow's log (appended to by every attempt): its
+    ERROR lines with the step's message under each, once each; else the log's last lines."""
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return f" (log: {log})"
+    found: list[str] = []
+    for i, line in enumerate(lines):
+        if " ERROR " not in line:
+            continue
+        detail = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith(("\t", " ")) else ""
+        entry = f"{line.split(' ERROR ', 1)[1].strip()} {detail}".strip()
+        if entry not in found:
+            found.append(entry)
+    if not found:
+        return log_tail(log, 8)
+    return ":\n    " + "\n    ".join(found[:limit]) + f"\n  (StreamFlow's whole log: {log})"
+
+
+def _output(files: RoundFiles, name: str, what: str) -> dict[str, Any]:
+    path = files.outdir / name
+    record = read_receipt(path)
+    if record is None:
+        raise FederationError(
+            f"{what}: StreamFlow reported success but left no {name} in {files.outdir} (a SLURM job cancelled from outside "
+            f"ends as a success there); see {files.log}; run the federation again"
+        )
+    return record
+
+
+def _local_env() -> dict[str, str]:
+    """HOME and the caches of this machine's steps: a CWL runner sets HOME to the step's folder,
+    which would hide the Hugging Face cache, supertune's cache and the user's cluster profiles."""
+    from ..paths import cache_dir
+
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    env = {
+        "HOME": home,
+        "SUPERTUNE_CACHE": str(cache_dir().absolute()),
+        "HF_HOME": os.path.abspath(os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")),
+    }
+    if os.environ.get("SUPERTUNE_CONFIG_DIR"):
+        env["SUPERTUNE_CONFIG_DIR"] = os.path.abspath(os.path.expanduser(os.environ["SUPERTUNE_CONFIG_DIR"]))
+    for key, value in env.items():
+        if not plain_path(value):
+            raise UserError(f"{key}: {value!r} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
+                            "(StreamFlow exports it in a shell command unquoted)")  # fmt: skip
+    return env
+
+
+def _ssh_words(login: str, key: str | None) -> list[str]:
+    """ssh to a site's login node, for scancel and squeue there."""
+    user, host, port = login_parts(login) or (None, login, None)
+    words = ["ssh", "-o", "BatchMode=yes"]
+    if port:
+        words += ["-p", str(port)]
+    if key:
+        words += ["-i", key]
+    return [*words, f"{user}@{host}" if user else host]
+
+
+def streamflow_command(fed: FederationConfig) -> str:
+    """The streamflow executable: streamflow.command (a path, or a name on PATH); for the default
+    name, <repo>/.venv-streamflow/bin/streamflow (scripts/env.sh makes it) when PATH has none.
+    Its version is checked: 0.1.x cannot run these workflows."""
+    from ..subprocesses import run_captured
+
+    command = fed.streamflow.command
+    found = shutil.which(os.path.expanduser(command))
+    if found is None and command == "streamflow":
+        import supertune
+
+        beside = Path(supertune.__file__).resolve().parents[2] / ".venv-streamflow" / "bin" / "streamflow"
+        found = str(beside) if os.access(beside, os.X_OK) else None
+    if found is None:
+        raise UserError(
+            f"streamflow.command: {command!r} is not an executable here; install StreamFlow {TESTED_VERSION} "
+            "(`bash scripts/env.sh` makes .venv-streamflow in a source checkout, or `pip install 'supertune[streamflow]'`), "
+            "or set streamflow.command to its path"
+        )
+    answer = run_captured([found, "version"], timeout=120)
+    version = answer.stdout.strip().rsplit(" ", 1)[-1] if answer.returncode == 0 else ""
+    if not version.startswith("0.2"):
+        raise UserError(f"streamflow.command: {found} is StreamFlow {version or '(no version answered)'}; the federation needs {TESTED_VERSION} "
+                        "(0.1.x has no local deployment and always runs sbatch over SSH)")  # fmt: skip
+    if version != TESTED_VERSION:
+        log.warning("StreamFlow %s: the federation is tested with %s", version, TESTED_VERSION)
+    return found

@@ -1,0 +1,244 @@
+"""`supertune sweep`: one run of the same config per scale, grouped in a sweep directory.
+
+    <sweep dir>/sweep.json      what was run: config, overrides, scales, batch kept, each run's job
+    <sweep dir>/devices-1/      a run directory per scale (config.yaml, metrics.jsonl, summary.json, ...)
+    <sweep dir>/devices-2/
+
+Local sweeps (`--nproc 1,2`) train one scale after the other, each `supertune train --nproc N` in
+a process of its own (output in the run's logs/train.log). SLURM sweeps submit one job per scale
+the way `supertune submit` does (nodes from the profile's GPUs per node) and return, or wait for
+the jobs with `--wait`. Every scale's config is resolved, and its job script rendered, before
+anything is created or submitted. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..rundir import RunDir, write_json_atomic
+from .scales import Scale, plan_scales, scaling_kind
+
+__all__ = [
+    "SWEEP_FILE",
+    "PlannedScale",
+    "Sweep",
+    "SweepRun",
+    "new_sweep",
+    "plan_sweep",
+    "read_sweep",
+    "render_all",
+    "run_local",
+    "submit_slurm",
+    "sweep_root",
+    "wait_for_jobs",
+]  # fmt: skip
+
+SWEEP_FILE = "sweep.json"
+
+
+@dataclass
+class SweepRun:
+    """One scale of a sweep and what became of it."""
+
+    devices: int
+    nodes: int
+    per_node: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    run_dir: str
+    """Relative to the sweep directory."""
+    job_id: str | None = None
+    state: str = "planned"
+    """planned, submitted, finished (a summary.json exists), failed."""
+
+
+@dataclass
+class Sweep:
+    """The sweep directory's manifest (sweep.json)."""
+
+    path: Path
+    mode: str
+    """local (processes on this machine) or slurm."""
+    keep: str
+    scaling: str
+    config: str | None
+    overrides: list[str]
+    cluster: str | None = None
+    runs: list[SweepRun] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    command: str = field(default_factory=lambda: " ".join(["supertune", *sys.argv[1:]]))
+
+    def run_path(self, run: SweepRun) -> Path:
+        return self.path / run.run_dir
+
+    def save(self) -> None:
+        record = {k: v for k, v in asdict(self).items() if k != "path"}
+        write_json_atomic(self.path / SWEEP_FILE, {"sweep": 1, **record})
+
+
+def read_sweep(path: str | Path) -> Sweep:
+    """The sweep in `path` (a directory holding sweep.json)."""
+    path = Path(path).expanduser().absolute()
+    try:
+        record = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a sweep directory ({SWEEP_FILE}: {exc})") from None
+    record.pop("sweep", None)
+    runs = [SweepRun(**r) for r in record.pop("runs", [])]
+    return Sweep(path=path, runs=runs, **record)
+
+
+@dataclass(frozen=True)
+class PlannedScale:
+    scale: Scale
+    resolution: Any
+    overrides: list[str]
+    """The scale's own overrides (after the user's): processes, nodes and batch."""
+
+
+def plan_sweep(config: str | None, overrides: list[str], devices: list[int], keep: str, cluster: str | None) -> list[PlannedScale]:
+    """Every scale's resolved config; one UserError names every scale that cannot run."""
+    from ..resolve import resolve
+
+    base = resolve(config, overrides)
+    t, profile = base.config.training, base.profile
+    global_batch = getattr(t, "global_batch_size", None)  # issue 13's key: the config keeps its global batch itself
+    if global_batch and keep == "per-device-batch":
+        raise UserError(
+            "--keep per-device-batch: the config sets training.global_batch_size, which keeps the global batch at every "
+            "scale; remove it (training.global_batch_size=null) or sweep with --keep global-batch"
+        )
+    per_node, gpus = None, 0
+    if cluster is not None:
+        gpus = base.config.launch.gpus_per_node or (profile.gpus_per_node if profile else 0)
+        per_node = gpus or base.config.launch.procs_per_node or 1
+    scales = plan_scales(devices, per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, keep, global_batch)
+    planned, problems = [], []
+    for scale in scales:
+        extra = _scale_overrides(scale, cluster is not None, gpu_nodes=gpus > 0)
+        if keep == "global-batch" and not global_batch:
+            extra += [f"training.per_device_train_batch_size={scale.per_device_batch}", f"training.gradient_accumulation_steps={scale.accumulation}"]
+        try:
+            planned.append(PlannedScale(scale, resolve(config, overrides + extra), extra))
+        except UserError as exc:
+            problems.append(f"{scale.devices} devices: {exc}")
+    if problems:
+        raise UserError("the sweep cannot run at every scale:\n" + "\n".join(f"  - {p}" for p in problems))
+    return planned
+
+
+def _scale_overrides(scale: Scale, slurm: bool, gpu_nodes: bool) -> list[str]:
+    if not slurm:
+        return [f"launch.nproc={scale.devices}"]
+    per_node = f"launch.gpus_per_node={scale.per_node}" if gpu_nodes else f"launch.procs_per_node={scale.per_node}"
+    return [f"launch.nodes={scale.nodes}", per_node]
+
+
+def sweep_root(path: str | None, planned: list[PlannedScale]) -> Path:
+    """The sweep directory: --sweep-dir, or <output.runs_root>/<output.name>-sweep-<timestamp>."""
+    if path:
+        return Path(path).expanduser().absolute()
+    cfg = planned[0].resolution.config
+    return Path(cfg.output.runs_root).expanduser().absolute() / f"{cfg.output.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def new_sweep(root: Path, planned: list[PlannedScale], mode: str, keep: str, config: str | None, overrides: list[str], cluster: str | None) -> Sweep:
+    """Create the sweep directory and its manifest, each scale planned; never reuse a sweep directory."""
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise UserError(f"--sweep-dir: {str(root)!r} already exists and is not empty; choose a new directory")
+    root.mkdir(parents=True, exist_ok=True)
+    sweep = Sweep(root, mode, keep, scaling_kind(keep), str(Path(config).absolute()) if config else None, list(overrides), cluster)
+    for p in planned:
+        t = p.resolution.config.training
+        s = p.scale
+        sweep.runs.append(SweepRun(s.devices, s.nodes, s.per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, s.name))
+    sweep.save()
+    return sweep
+
+
+def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bool:
+    """Train every scale here, smallest first, each in its own process; False when one failed (the rest are not run).
+
+    Every process gets the same CPU threads at every scale (OMP_NUM_THREADS, unless it is set): the
+    cores divided by the largest process count. Otherwise one process would use every core and
+    two would each use half, and the sweep would compare threads with processes, not devices.
+    """
+    import os
+
+    from ..subprocesses import run_logged
+
+    env = {}
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // max(r.devices for r in sweep.runs)))
+        say(f"{env['OMP_NUM_THREADS']} CPU thread(s) per process at every scale (OMP_NUM_THREADS; set it to choose)")
+    for run, p in zip(sweep.runs, planned):
+        run_dir = RunDir(sweep.run_path(run))
+        log = run_dir.logs / "train.log"
+        argv = [sys.executable, "-m", "supertune", "train", *([sweep.config] if sweep.config else []), "--run-dir", str(run_dir.path)]
+        argv += ["--no-resume", *sweep.overrides, *p.overrides]
+        say(f"{run.devices} process(es): training in {run_dir.path} (log: {log})")
+        started = time.monotonic()
+        code = run_logged(argv, log, env)
+        run.state = "finished" if code == 0 and run_dir.summary.exists() else "failed"
+        sweep.save()
+        if run.state == "failed":
+            tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
+            say(f"{run.devices} process(es): training failed (exit code {code}); the end of {log}:\n{tail}")
+            return False
+        say(f"{run.devices} process(es): finished in {time.monotonic() - started:.0f} s")
+    return True
+
+
+def submit_slurm(sweep: Sweep, planned: list[PlannedScale], dry_run: bool, say: Any = print) -> None:
+    """Create each scale's run directory and job script, and submit it (unless dry_run)."""
+    from ..config import dump_config
+    from ..resolve import write_resolution
+    from ..rundir import create_run_dir
+    from ..slurm.jobs import prepare_job, submit_job
+
+    for run, p in zip(sweep.runs, planned):
+        cfg = p.resolution.config
+        run_dir = create_run_dir(str(sweep.run_path(run)), cfg.output.name, cfg.output.runs_root, dump_config(cfg))
+        write_resolution(run_dir, p.resolution)
+        prepare_job(cfg, p.resolution.profile, run_dir)
+        if dry_run:
+            say(f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job script {run_dir.job_script} (not submitted)")
+            continue
+        run.job_id = submit_job(run_dir, p.resolution.profile.name)
+        run.state = "submitted"
+        sweep.save()
+        say(f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job {run.job_id}, run dir {run_dir.path}")
+
+
+def render_all(planned: list[PlannedScale], root: Path) -> None:
+    """Render every scale's job script before anything exists: a problem stops the sweep with nothing submitted."""
+    from ..slurm.jobs import render_job
+
+    for p in planned:
+        render_job(p.resolution.config, p.resolution.profile, str(root / p.scale.name), "--sweep-dir")
+
+
+def wait_for_jobs(sweep: Sweep, poll_s: float = 5.0, say: Any = print) -> bool:
+    """Wait until every submitted job of the sweep has ended; True when every run finished with a summary."""
+    from ..slurm.commands import job_state
+
+    pending = [r for r in sweep.runs if r.job_id and r.state == "submitted"]
+    while pending:
+        for run in list(pending):
+            state = job_state(run.job_id)
+            if state.finished:
+                pending.remove(run)
+                done = RunDir(sweep.run_path(run)).summary.exists()
+                run.state = "finished" if done and state.state in ("COMPLETED", "UNKNOWN") else "failed"
+                sweep.save()
+                see = "" if run.state == "finished" else f" (see {sweep.run_path(run) / 'logs'})"
+                say(f"{run.devices} device(s): job {run.job_id} {state.state}{see}")
+        if pending:
+            time.sleep(poll_s)
+    return all(r.state == "finished" for r in sweep.runs)

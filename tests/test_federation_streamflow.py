@@ -1,0 +1,315 @@
+"""Federated rounds through StreamFlow (`executor: streamflow`), with the real `streamflow run`
+(0.2.0rc3, from .venv-streamflow, which scripts/env.sh makes):
+
+- two `local` deployments reach the same global model as the built-in executor on the same
+  federation; a finished federation run again starts no StreamFlow;
+- a round whose site training is killed fails with one line naming the round and StreamFlow's log,
+  leaves no process behind, and the same command then reaches the same global model;
+- a site on the real Slurm test cluster through StreamFlow's `slurm` deployment (sbatch run here):
+  its training and evaluation run in the jobs StreamFlow submitted, with supertune's job scripts;
+- the generated streamflow.yml of a site behind a login node (slurm wrapping ssh), and the checks
+  of the StreamFlow-only keys, without running anything.
+
+Not run here: a real SSH login node (see docs/tutorials/federated-streamflow.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from cluster.slurm_cluster import SlurmCluster
+from supertune.errors import UserError
+from supertune.federation.default import site_corpus
+from supertune.federation.schema import FederationConfig, StreamFlowConfig
+
+SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=2", "data.max_eval_samples=16"]
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def streamflow() -> str:
+    """The streamflow executable the federation finds; missing it fails with CI set, else skips."""
+    from supertune.federation.streamflow import streamflow_command
+
+    try:
+        return streamflow_command(FederationConfig())
+    except UserError as exc:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"StreamFlow unavailable with CI set: {exc}", pytrace=False)
+        pytest.skip(f"StreamFlow unavailable: {exc}")
+
+
+def _federation(path: Path, executor: str, where: dict[str, str] | None = None, **extra) -> Path:
+    sites = []
+    for name, corpus in (("here", "site-a"), ("there", "site-b")):
+        train, validation = site_corpus(corpus)
+        sites.append({"name": name, "where": (where or {}).get(name, "local"), "steps_per_round": STEPS,
+                      "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *SITE]})  # fmt: skip
+    config = {"name": "fed-sf", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "executor": executor,
+              "poll_seconds": 1, "streamflow": {"polling_seconds": 1}, "sites": sites, **extra}  # fmt: skip
+    path.mkdir(parents=True, exist_ok=True)
+    file = path / f"federation-{executor}.yaml"
+    file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return file
+
+
+def _federate(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _global(directory: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for f in sorted((directory / "round-001" / "global").glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys() and a
+    return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
+
+
+def _receipts(directory: Path) -> dict[str, dict]:
+    return {str(p.relative_to(directory)): json.loads(p.read_text()) for p in sorted(directory.glob("round-*/**/*.json"))
+            if p.name in ("trained.json", "averaged.json", "evaluated.json")}  # fmt: skip
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in words and str(os.getpid()) != cmdline.parent.name:
+            found.append(words)
+    return found
+
+
+@pytest.fixture(scope="module")
+def builtin_round(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same federation (one round, two local sites) run by the built-in executor."""
+    root = tmp_path_factory.mktemp("builtin")
+    proc = _federate(str(_federation(root, "builtin")), "--dir", str(root / "fed"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root / "fed"
+
+
+@pytest.mark.slow
+def test_two_local_deployments_average_as_the_builtin_executor(streamflow: str, builtin_round: Path, tmp_path: Path) -> None:
+    fed_dir = tmp_path / "fed"
+    proc = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _max_difference(_global(fed_dir), _global(builtin_round)) <= 1e-6
+
+    # Every receipt the built-in executor writes, with the same counts.
+    ours, theirs = _receipts(fed_dir), _receipts(builtin_round)
+    assert ours.keys() == theirs.keys() and len(ours) == 7  # 2 evaluations of the base; 2 trainings, 1 average, 2 evaluations
+    for key in ours:
+        for field in ("tokens", "step", "samples", "weights", "round", "site"):
+            assert ours[key].get(field) == theirs[key].get(field), (key, field)
+    assert ours["round-001/here/trained.json"]["checkpoint"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
+    assert ours["round-001/there/evaluated.json"]["model"] == str(fed_dir / "round-001/global")
+    assert abs(ours["round-001/there/evaluated.json"]["eval_loss"] - theirs["round-001/there/evaluated.json"]["eval_loss"]) < 1e-4
+
+    # What StreamFlow ran: one workflow per round, explicit steps, each site its own deployment.
+    sf = fed_dir / "streamflow" / "round-001"
+    workflow = yaml.safe_load((sf / "round.cwl").read_text())
+    assert list(workflow["steps"]) == ["train_here", "train_there", "average", "evaluate_here", "evaluate_there"]
+    config = yaml.safe_load((sf / "streamflow.yml").read_text())
+    assert {name: d["type"] for name, d in config["deployments"].items()} == {"federation": "local", "site.here": "local", "site.there": "local"}
+    assert config["database"]["config"]["connection"] == str(sf / "streamflow.db") and (sf / "streamflow.db").is_file()
+    assert sorted(p.name for p in (sf / "out").iterdir()) == [
+        "averaged.json", "evaluated-here.json", "evaluated-there.json", "trained-here.json", "trained-there.json"]  # fmt: skip
+    assert "Traceback" not in (sf / "streamflow.log").read_text()
+
+    again = _federate(str(fed_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "streamflow run" not in again.stderr and _receipts(fed_dir) == ours
+
+
+@pytest.mark.slow
+def test_a_killed_average_fails_the_round_in_one_line_and_the_same_command_finishes_it(
+    streamflow: str, builtin_round: Path, tmp_path: Path
+) -> None:
+    fed_dir = tmp_path / "fed"
+    env = dict(os.environ, SUPERTUNE_FAULT="average.tensor@3")  # the average step kills itself after 3 tensors
+    failed = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir), env=env)
+    assert failed.returncode == 2, failed.stdout[-3000:] + failed.stderr[-3000:]
+    [line] = [x for x in failed.stderr.splitlines() if x.startswith("supertune: error:")]
+    assert "round 1: streamflow run failed" in line and "Traceback" not in failed.stderr
+    assert str(fed_dir / "streamflow" / "round-001" / "streamflow.log") in failed.stderr
+    assert not (fed_dir / "round-001" / "averaged.json").exists() and not (fed_dir / "round-001" / "global").exists()
+    assert _processes_mentioning(str(fed_dir)) == []  # StreamFlow's steps ended with it
+    # The sites' finished runs are recorded although the round failed: they are not run again.
+    assert {p.parent.name for p in (fed_dir / "round-001").glob("*/trained.json")} == {"here", "there"}
+
+    resumed = _federate(str(fed_dir))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    sf = fed_dir / "streamflow" / "round-001"
+    assert list(yaml.safe_load((sf / "round.cwl").read_text())["steps"]) == ["average", "evaluate_here", "evaluate_there"]
+    job = yaml.safe_load((sf / "job.yml").read_text())
+    assert job["checkpoint_here"]["path"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
+    assert _max_difference(_global(fed_dir), _global(builtin_round)) <= 1e-6
+
+
+def test_a_federation_killed_during_streamflow_leaves_its_steps_to_be_ended_by_the_next_attempt(tmp_path: Path) -> None:
+    """run_group_logged / end_group: a SIGKILL of the process that ran StreamFlow kills StreamFlow
+    (PDEATHSIG), not its steps; the next attempt finds them by the group and ends them."""
+    marker = str(tmp_path / "marker-dir")
+    group = tmp_path / "group"
+    code = (
+        "import sys; from pathlib import Path; from supertune.subprocesses import run_group_logged\n"
+        # As StreamFlow's steps: a shell in the group whose command line names the federation's folder.
+        f"run_group_logged(['sh', '-c', 'sh -c \"sleep 300; : {marker}\" & sleep 301'], Path({str(tmp_path / 'log')!r}), Path({str(group)!r}))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while not (group.is_file() and len(_processes_mentioning("sleep 30")) >= 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pgid = int(group.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    time.sleep(0.5)
+    assert _group_members(pgid), "the steps outlive the killed parent (that is what end_group is for)"
+    from supertune.subprocesses import end_group
+
+    assert end_group(group, marker, grace=10)
+    assert _group_members(pgid) == [] and not group.exists()
+    assert not end_group(group, marker)  # nothing recorded any more
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_step_that_reported_success_without_its_output_fails_the_round(tmp_path: Path) -> None:
+    """A SLURM job cancelled with scancel ends with exit code 0:15, which StreamFlow takes for a
+    success: the executor reads every output itself. What is there is recorded, the rest is an error."""
+    from supertune.federation.cwl import RoundFiles
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.rounds import RoundWork, SiteWork
+    from supertune.federation.schema import SiteConfig
+    from supertune.federation.streamflow import StreamFlowExecutor
+
+    sites = [SiteConfig(name="a"), SiteConfig(name="b")]
+    root = FederationDir(tmp_path / "fed")
+    rd = root.round(1)
+    evaluate = [SiteWork(s, 1, tmp_path / "site.yaml", rd.site(s.name).path, receipt=rd.site(s.name).evaluated) for s in sites]
+    work = RoundWork(1, root.round(0).global_model, rd.global_model, rd.averaged, evaluate=evaluate)
+    files = RoundFiles(root.streamflow / "round-001")
+    files.outdir.mkdir(parents=True)
+    (files.outdir / "evaluated-a.json").write_text(json.dumps({"eval_loss": 3.25, "model": "/staged/copy"}), encoding="utf-8")
+    executor = StreamFlowExecutor(FederationConfig(name="f", executor="streamflow", sites=sites), root)
+    with pytest.raises(UserError, match="b round 1: evaluation: StreamFlow reported success but left no evaluated-b.json"):
+        executor._record(work, files, {})
+    assert json.loads(rd.site("a").evaluated.read_text()) == {"eval_loss": 3.25, "model": str(rd.global_model)}
+    assert not rd.site("b").evaluated.exists()
+
+
+def test_the_streamflow_keys_are_checked_all_at_once(tmp_path: Path) -> None:
+    config = yaml.safe_load(_federation(tmp_path, "streamflow").read_text())
+    config["streamflow"]["ssh_key"] = str(tmp_path / "no-key")
+    config["sites"][0].update(login="me@login.example.org:99999", workdir="relative/dir", python="/opt/py thon")
+    config["sites"][1].update(login="login.example.org", where="local")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = _federate(str(path), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    for expected in (
+        "sites[0] (here).login: 'me@login.example.org:99999' is not [user@]host[:port]",
+        "sites[0] (here).workdir: 'relative/dir' must be an absolute path",
+        "sites[0] (here).python: '/opt/py thon' must be an absolute path",
+        "sites[1] (there).where: a site reached over SSH trains through its SLURM",
+        "sites[1] (there).workdir: a site reached over SSH needs a directory there",
+        "sites[1] (there).python: a site reached over SSH needs the path of its Python",
+        "streamflow.ssh_key:",
+    ):
+        assert expected in proc.stderr, (expected, proc.stderr)
+    config["executor"] = "builtin"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert "sites[0] (here).python: only used with executor: streamflow" in _federate(str(path), timeout=120).stderr
+
+
+def test_a_site_behind_a_login_node_is_slurm_wrapping_ssh() -> None:
+    from supertune.federation.cwl import RoundFiles, SitePlace, streamflow_config
+    from supertune.federation.rounds import RoundWork
+
+    fed = FederationConfig(name="llama", streamflow=StreamFlowConfig(ssh_key="/home/me/.ssh/id_ed25519", polling_seconds=30))
+    service = {"jobName": "llama-r002-leonardo-train", "nodes": "2", "ntasksPerNode": 4, "cpusPerTask": 8, "gpusPerNode": "4",
+               "partition": "boost_usr_prod", "account": "EUHPC_X", "time": "04:00:00"}  # fmt: skip
+    place = SitePlace("leonardo", "/scratch/me/fed/llama/round-002/leonardo", "/scratch/me/venv/bin/python", {},
+                      login="me@login.leonardo.cineca.it:2222", workdir="/scratch/me/fed/llama/streamflow/round-002/leonardo",
+                      services={"train": service, "evaluate": service})  # fmt: skip
+    work = RoundWork(2, Path("/f/round-001/global"), Path("/f/round-002/global"), Path("/f/round-002/averaged.json"))
+    config = streamflow_config(fed, work, {"leonardo": place}, RoundFiles(Path("/f/streamflow/round-002")),
+                               ["train_leonardo", "average", "evaluate_leonardo"])  # fmt: skip
+    d = config["deployments"]
+    assert d["login.leonardo"] == {
+        "type": "ssh",
+        "config": {"nodes": ["login.leonardo.cineca.it:2222"], "checkHostKey": True, "username": "me", "sshKey": "/home/me/.ssh/id_ed25519"},
+        "workdir": place.workdir,
+    }
+    assert d["site.leonardo"]["type"] == "slurm" and d["site.leonardo"]["wraps"] == "login.leonardo"
+    assert d["site.leonardo"]["config"]["services"]["train"] == service and d["site.leonardo"]["config"]["pollingInterval"] == 30
+    assert d["federation"]["workdir"] == "/f/streamflow/round-002/work/federation"
+    assert config["workflows"]["round-002"]["bindings"] == [
+        {"step": "/train_leonardo", "target": {"deployment": "site.leonardo", "service": "train"}},
+        {"step": "/evaluate_leonardo", "target": {"deployment": "site.leonardo", "service": "evaluate"}},
+        {"step": "/average", "target": {"deployment": "federation"}},
+    ]
+
+
+@pytest.mark.slow
+def test_a_site_on_the_test_cluster_through_streamflows_slurm_deployment(
+    streamflow: str, slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path
+) -> None:
+    # `where: local` is "this machine" in a federation: the test cluster gets a profile of its own name.
+    profiles = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters"
+    profiles.mkdir(parents=True)
+    (profiles / "testcluster.yaml").write_text("description: the Slurm test cluster\ncpus_per_node: 2\n", encoding="utf-8")
+    fed_dir = tmp_path / "fed"
+    config = _federation(tmp_path, "streamflow", where={"there": "testcluster"})
+    proc = _federate(str(config), "--dir", str(fed_dir), env=slurm_client)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    sf = fed_dir / "streamflow" / "round-001"
+    deployments = yaml.safe_load((sf / "streamflow.yml").read_text())["deployments"]
+    assert deployments["site.here"]["type"] == "local" and deployments["site.there"]["type"] == "slurm"
+    assert "wraps" not in deployments["site.there"]
+    train = deployments["site.there"]["config"]["services"]["train"]
+    assert train == {"jobName": "fed-sf-r001-there-train", "nodes": "1", "ntasksPerNode": 1, "cpusPerTask": 2, "time": "01:00:00"}
+    log = (sf / "streamflow.log").read_text()
+    assert "Scheduled job" in log  # StreamFlow submitted the site's steps with sbatch
+
+    site = fed_dir / "round-001" / "there"
+    trained = json.loads((site / "trained.json").read_text())
+    assert trained["step"] == STEPS and trained["tokens"] == STEPS * 16 * 128
+    run = Path(trained["run"])
+    assert run == site / "run" and (run / "job.sbatch").is_file()
+    assert "supertune: job " in (site / "train.log").read_text()  # the job script ran inside StreamFlow's allocation
+    assert (site / "evaluate" / "job.sbatch").is_file()
+    evaluated = json.loads((site / "evaluated.json").read_text())
+    base = json.loads((fed_dir / "round-000" / "there" / "evaluated.json").read_text())
+    assert evaluated["eval_loss"] < base["eval_loss"]
+    squeue = slurm_single.run("squeue", "--noheader", "--format=%j", check=False).stdout
+    assert "fed-sf" not in squeue  # no job left behind
