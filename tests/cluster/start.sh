@@ -66,12 +66,34 @@ for port in "$CTLD_PORT" "$SLURMD_PORT"; do
   die "port $port is held by another program (pid $holder)"
 done
 if [ "$MODE" = multi ]; then
-  # Network names left after stop.sh belong to another cluster, or to a run that was killed and
-  # whose directory is gone: never take them over.
-  taken=""
+  # Network names left after stop.sh belong to another cluster that is running, or to a test run
+  # that was killed before its stop.sh (its directory may be gone). A running cluster has processes
+  # in its namespaces (slurmd) and its slurmctld on the ports checked above: never take those over.
+  # Names with nobody inside are a killed run's leftovers: they are removed, or every later test
+  # run on this machine would refuse to start. (A second start racing this one between its
+  # `ip netns add` and its first slurmd could be taken for leftovers: the cost of not needing a
+  # lock file that a killed run would also leave behind.)
+  taken="" busy=""
   ip link show "$BRIDGE" >/dev/null 2>&1 && taken="bridge $BRIDGE"
-  for i in $(seq 1 "$NODE_COUNT"); do [ -e "/run/netns/supt-node$i" ] && taken="$taken netns supt-node$i"; done
-  [ -z "$taken" ] || die "${taken# } already exist(s), left by another multi-node test cluster; remove them (ip link del $BRIDGE; ip netns del supt-nodeN) once it is stopped"
+  for i in $(seq 1 "$NODE_COUNT"); do
+    [ -e "/run/netns/supt-node$i" ] || continue
+    taken="$taken netns supt-node$i"
+    [ -z "$(ip netns pids "supt-node$i" 2>/dev/null)" ] || busy="$busy supt-node$i"
+  done
+  [ -z "$busy" ] || die "network namespace(s)${busy} are in use by another multi-node test cluster; stop it first (bash $HERE/stop.sh ITS_STATE_DIR)"
+  if [ -n "$taken" ]; then
+    echo "slurm test cluster: removing ${taken# }, left by a multi-node test cluster that was killed (no process uses them)" >&2
+    for i in $(seq 1 "$NODE_COUNT"); do
+      if [ -e "/run/netns/supt-node$i" ]; then ip netns del "supt-node$i"; fi
+    done
+    if [ -d "/sys/class/net/$BRIDGE" ]; then
+      for port in "/sys/class/net/$BRIDGE/brif"/*; do
+        if [ -e "$port" ]; then ip link del "${port##*/}" 2>/dev/null || true; fi
+      done
+      ip link del "$BRIDGE" 2>/dev/null || true
+    fi
+    ip link show "$BRIDGE" >/dev/null 2>&1 && die "could not remove the leftover bridge $BRIDGE (ip link del $BRIDGE)"
+  fi
 fi
 # Memory is not a consumable resource here (CR_Core); declaring the machine's memory on every
 # node only lets jobs that ask for --mem be accepted.

@@ -45,10 +45,13 @@ def model_fit_problems(cfg: RunConfig) -> list[str]:
 def _model_values(cfg: RunConfig) -> dict[str, Any] | None:
     """The model config's plain values with the overrides applied, or None when they cannot be read cheaply."""
     m = cfg.model
-    if m.name_or_path is None or m.bundle is not None:
-        # The embedded default's sizes live in supertune.defaults, whose import (numpy, tokenizers) a
-        # login node's `submit` should not pay; its sequences and ranks are checked on the built model.
-        return None
+    if m.bundle is not None:
+        return None  # the bundle's config is checked with the store's manifest when it is opened
+    if m.name_or_path is None:
+        # The embedded tiny Llama: its sizes are plain numbers (supertune.defaults.model imports nothing).
+        from ..defaults.model import default_model_config
+
+        return {**default_model_config(vocab_size=0, bos_token_id=0, eos_token_id=0, pad_token_id=0), **m.config_overrides}
     path = os.path.join(os.path.expanduser(m.name_or_path), "config.json")
     try:
         with open(path, encoding="utf-8") as f:

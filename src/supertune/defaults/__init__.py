@@ -1,15 +1,13 @@
-"""The embedded default that works offline: a synthetic corpus, its tokenizer, a tiny Llama."""
+"""The embedded default that works offline: a synthetic corpus, its tokenizer, a tiny Llama.
 
-from supertune.defaults.baseline import unigram_perplexity
-from supertune.defaults.corpus import DefaultCorpus, default_corpus, generate_documents
-from supertune.defaults.model import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_LEARNING_RATE,
-    DEFAULT_MAX_STEPS,
-    default_model_config,
-)
-from supertune.defaults.tokenizer import cached_tokenizer, default_tokenizer, train_tokenizer
+Names are imported from their modules when first used, so that `supertune.defaults.model` (plain
+numbers, read by config validation on a login node) does not bring in numpy and tokenizers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -25,3 +23,24 @@ __all__ = [
     "train_tokenizer",
     "unigram_perplexity",
 ]
+
+_WHERE = {
+    "unigram_perplexity": "baseline",
+    "DefaultCorpus": "corpus",
+    "default_corpus": "corpus",
+    "generate_documents": "corpus",
+    "DEFAULT_BATCH_SIZE": "model",
+    "DEFAULT_BLOCK_SIZE": "model",
+    "DEFAULT_LEARNING_RATE": "model",
+    "DEFAULT_MAX_STEPS": "model",
+    "default_model_config": "model",
+    "cached_tokenizer": "tokenizer",
+    "default_tokenizer": "tokenizer",
+    "train_tokenizer": "tokenizer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

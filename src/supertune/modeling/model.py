@@ -27,8 +27,12 @@ def torch_dtype(name: str) -> Any:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def build_model(m: ModelConfig, tokenizer: Any) -> Any:
-    """The model, sized to the tokenizer, with gradient checkpointing and LoRA applied as configured."""
+def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> Any:
+    """The model, sized to the tokenizer, with gradient checkpointing and LoRA applied as configured.
+
+    document_mask (data.document_mask): with no attention kernel chosen, packed rows use flash
+    attention's variable-length kernel on a GPU where its package is installed, else SDPA with the
+    block-diagonal mask transformers builds from the position ids."""
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -38,6 +42,8 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
     common: dict[str, Any] = {"dtype": dtype}
     if m.attn_implementation:
         common["attn_implementation"] = m.attn_implementation
+    elif document_mask and _flash_attention_here():
+        common["attn_implementation"] = "flash_attention_2"
     if m.name_or_path is None:
         config = _default_config(tokenizer, m.config_overrides)
         model = AutoModelForCausalLM.from_config(config, **common)
@@ -68,6 +74,15 @@ def build_model(m: ModelConfig, tokenizer: Any) -> Any:
             model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
         model = add_lora(model, m.lora)
     return model
+
+
+def _flash_attention_here() -> bool:
+    """A CUDA GPU and the flash-attn package: what transformers' flash_attention_2 needs (not tried on ROCm)."""
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and torch.version.hip is None and importlib.util.find_spec("flash_attn") is not None
 
 
 def _model_source(m: ModelConfig) -> tuple[str, dict[str, Any]]:

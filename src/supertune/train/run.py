@@ -42,7 +42,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     prepare_process(cfg, env)
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
-    model = build_model(cfg.model, tokenizer)
+    model = build_model(cfg.model, tokenizer, document_mask=cfg.data.packing and cfg.data.document_mask)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
     _log_plan(cfg, model, data, env.world_size, trainer.telemetry)
