@@ -325,11 +325,20 @@ def test_a_config_path_that_is_a_directory_or_fifo_says_so(capsys, tmp_path):
     os.mkfifo(tmp_path / "fifo.yaml")
     assert refused(capsys, "config", "show", str(tmp_path / "dir.yaml")).endswith("is a directory; give a YAML file")
     assert refused(capsys, "config", "show", str(tmp_path / "fifo.yaml")).endswith("is not a regular file (a FIFO); give a YAML file")
+    assert refused(capsys, "federate", str(tmp_path / "fifo.yaml")).endswith("is not a regular file (a FIFO); give a YAML file")
+    assert "does not exist" in refused(capsys, "federate", str(tmp_path / "none.yaml"))
 
 
 def test_a_backslash_in_the_run_name_is_blamed_on_the_run_name(capsys, tmp_path):
     message = refused(capsys, "submit", "--cluster", "local", "--dry-run", "output.name=a\\b", f"output.runs_root={tmp_path}")
     assert message.startswith("output.name: 'a\\\\b' cannot name a directory")
+
+
+def test_a_runs_root_that_cannot_hold_runs_is_blamed_on_runs_root(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    message = refused(capsys, "train", f"output.runs_root={tmp_path / 'a-file'}", "training.max_steps=1")
+    assert message.startswith(f"output.runs_root ({str(tmp_path / 'a-file')!r}): cannot create"), message
+    assert list(tmp_path.iterdir()) == [tmp_path / "a-file"]
 
 
 def test_the_optimizer_names_are_those_of_transformers():

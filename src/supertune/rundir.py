@@ -135,7 +135,8 @@ def create_run_dir(explicit: str | None, name: str, runs_root: str, config_text:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"--run-dir: cannot create {str(path)!r}: {exc.strerror}") from None
+        chosen_by = "--run-dir" if explicit else f"output.runs_root ({runs_root!r})"
+        raise UserError(f"{chosen_by}: cannot create {str(path)!r}: {exc.strerror}; choose a directory you can write") from None
     run = RunDir(path)
     run.config.write_text(config_text, encoding="utf-8")
     return run

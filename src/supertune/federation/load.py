@@ -45,7 +45,7 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
         if not FederationDir(p).config.is_file():
             raise UserError(f"FEDERATION: {str(p)!r} is a directory without federation.yaml; give a federation YAML or a federation directory")
         resumed, p = p.absolute(), FederationDir(p).config
-    elif not p.is_file():
+    elif not p.exists():  # anything else that is not a file (a FIFO, a socket) is named by read_yaml_mapping
         raise UserError(f"FEDERATION: {str(p)!r} does not exist; give a federation YAML (docs/federated.md) or a federation directory")
     data = read_yaml_mapping(p, "federation config", "keys (name:, rounds:, sites:, ...)")
     fed = build_config(FederationConfig, data)
@@ -100,7 +100,8 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         if site.steps_per_round < 1:
             p.append(f"{where}.steps_per_round: must be at least 1, got {site.steps_per_round}")
         if site.config and not Path(site.config).is_file():
-            p.append(f"{where}.config: {site.config!r} does not exist")
+            kind = "is not a regular file" if Path(site.config).exists() else "does not exist"
+            p.append(f"{where}.config: {site.config!r} {kind}; give the site's run config YAML")
         if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
             p.append(f"{where}.weight: must be a positive number, got {site.weight}")
         if fed.executor != "streamflow":
