@@ -105,3 +105,22 @@ def test_the_token_store_reads_the_same_splits(with_test, tmp_path):
 
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
     assert [tok.decode(store.train.document(i)[:-1].tolist()) for i in range(3)] == list(raw.train["text"][:3])
+
+
+@pytest.mark.parametrize(("seed", "streaming"), [(42, False), (7, False), (7, True)])
+def test_eval_of_a_saved_model_holds_out_what_its_run_held_out(seed, streaming, tmp_path, capsys):
+    """A run held out its own share of the training file (by its seed; a stream: its first
+    documents); `supertune eval` of its model evaluates those documents and no others."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": t}) + "\n" for t in _docs("train", 300)))
+    argv = ["train", f"data.train_files=[{train}]", "data.validation_split_percentage=20", "data.block_size=32", f"data.streaming={str(streaming).lower()}",
+            f"training.seed={seed}", "training.max_steps=2", f"output.runs_root={tmp_path}/runs", "generate.max_new_tokens=0"]
+    assert main(argv) == 0
+    run = next((tmp_path / "runs").iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["eval", str(run / "model")]) == 0
+    out = capsys.readouterr().out
+    printed = float(out.split("eval loss")[1].split()[0])
+    assert abs(printed - summary["eval_loss"]) <= 1e-5, (printed, summary["eval_loss"])
+    assert f"{summary['eval_tokens']} tokens" in out

@@ -39,14 +39,20 @@ def run(args: argparse.Namespace) -> int:
     run = run_of_model(args.model)
     if run is not None:
         saved = read_config_file(run.config)
-        base = {"data": saved.get("data", {}), "training": {"per_device_eval_batch_size": saved.get("training", {}).get("per_device_eval_batch_size", 16)}}
+        # The run's seed too: it chose the validation split (data.validation_split_percentage) and the
+        # shuffled sample; another seed would evaluate on documents the run trained on.
+        training = {k: v for k, v in saved.get("training", {}).items() if k in ("per_device_eval_batch_size", "seed")}
+        base = {"data": saved.get("data", {}), "training": training}
     overrides = list(args.overrides)
     if args.data:  # `--data a.jsonl key=value`: nargs="+" also swallows the overrides that follow
         overrides += [x for x in args.data if "=" in x]
         args.data = [x for x in args.data if "=" not in x]
     if args.data:
         base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False, store=None)
-        overrides.append("data.train_files=[" + ",".join(_quoted(f) for f in args.data) + "]")
+        given = "[" + ",".join(_quoted(f) for f in args.data) + "]"
+        # As validation files, evaluated whole (as training files, a share would be held out); the
+        # same files as training files too, so that validation sees a complete data section.
+        overrides += [f"data.validation_files={given}", f"data.train_files={given}"]
     if args.batch_size is not None:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config

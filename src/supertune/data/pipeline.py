@@ -91,8 +91,9 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
     )
 
 
-def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tuple[Any, Any]:
-    """The validation files alone, batched as in training: (dataset, collator)."""
+def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int, seed: int) -> tuple[Any, Any]:
+    """The run's validation documents (`load_validation_rows`: held out by `seed` where training held
+    them out), batched as in training: (dataset, collator)."""
     _check_context(d, context_length)
     if d.store:
         from ..store.reader import open_store_for_run
@@ -104,7 +105,7 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int) -> tu
             return _blocks(store.validation.tokens, d, "evaluation"), None
         max_length = d.max_length or min(store.validation.longest(), context_length)
         return PaddedDocuments(store.validation, max_length), PadCollator(tokenizer.pad_token_id, max_length)
-    split = tokenize_split(load_validation_rows(d), d, tokenizer, "evaluation")
+    split = tokenize_split(load_validation_rows(d, seed), d, tokenizer, "evaluation")
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
     if d.packing and d.document_mask:

@@ -123,12 +123,20 @@ def _sample(rows: Any, limit: int | None, d: DataConfig, seed: int) -> Any:
     return rows.select(range(min(limit, len(rows))))
 
 
-def load_validation_rows(d: DataConfig, seed: int = 42) -> Any:
-    """The validation files alone (the embedded corpus's validation split when none are set), cut to
-    max_eval_samples (data.sample shuffled: by `seed`, training.seed's default unless given)."""
-    files = validation_files(d) or training_files(d)
+def load_validation_rows(d: DataConfig, seed: int) -> Any:
+    """The documents a run with these data settings evaluates on, chosen as training chose them:
+    the validation files (the embedded corpus's validation split when no data is set), else the
+    dataset's validation split or the share of training documents held out by `seed` (training.seed).
+    Cut to max_eval_samples; always map-style (a stream's held-out documents are read into memory:
+    STREAM_VALIDATION_DOCS of them)."""
+    files = validation_files(d)
     if not files:
-        raise UserError("data.validation_files: no files to evaluate on; pass --data FILE (or data.validation_files=...)")
+        validation = load_raw_splits(d, seed).validation
+        if d.streaming:
+            import datasets
+
+            validation = datasets.Dataset.from_list(list(validation))
+        return validation
     rows = _load_files({"validation": files}, streaming=False)["validation"]
     rows = _sample(rows, d.max_eval_samples, d, seed)
     _check_columns(d, list(rows.column_names))

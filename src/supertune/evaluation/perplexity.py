@@ -60,6 +60,6 @@ def evaluate_saved_model(model_dir: str, cfg: RunConfig, verify: str = "auto") -
     from .loss import token_mean_loss
 
     model, tokenizer = load_saved_model(model_dir, verify)
-    dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model))
+    dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model), cfg.training.seed)
     loss, tokens = token_mean_loss(model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size)
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "sequences": len(dataset), "tokens": tokens}
