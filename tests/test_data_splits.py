@@ -124,3 +124,16 @@ def test_eval_of_a_saved_model_holds_out_what_its_run_held_out(seed, streaming, 
     printed = float(out.split("eval loss")[1].split()[0])
     assert abs(printed - summary["eval_loss"]) <= 1e-5, (printed, summary["eval_loss"])
     assert f"{summary['eval_tokens']} tokens" in out
+
+
+def test_a_local_dataset_directory_needs_no_hub(with_test, monkeypatch):
+    """A compute node without internet: a local dataset directory loads; a hub name is refused in one line."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")  # never resolves
+    raw = load_raw_splits(DataConfig(dataset_name=str(with_test)), seed=42)
+    assert len(raw.train) == 120
+    with pytest.raises(UserError, match=r"data.dataset_name: the hub \(https://hub.invalid\) cannot be reached"):
+        load_raw_splits(DataConfig(dataset_name="some-org/some-data"), seed=42)

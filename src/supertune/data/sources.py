@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..config.schema import DataConfig
@@ -257,7 +258,10 @@ def load_hub_dataset(d: DataConfig) -> Any:
     from ..modeling.hub import reachable
 
     offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-    if not offline and not reachable(constants.ENDPOINT):
+    # A local dataset directory is read without the hub (datasets does not ask it), so only a hub
+    # name needs the probe: compute nodes without internet are the usual place for local ones.
+    local = Path(d.dataset_name).expanduser().is_dir()
+    if not offline and not local and not reachable(constants.ENDPOINT):
         raise UserError(
             f"data.dataset_name: the hub ({constants.ENDPOINT}) cannot be reached to read {d.dataset_name!r}; "
             "set HF_DATASETS_OFFLINE=1 to use the local datasets cache, or give data.train_files"
