@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from typing import Any
 
 from ..rundir import RunDir
@@ -70,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
     clear_stop_files(run_dir)
     chosen.append(run_dir)
     if cfg.launch.nproc > 1 and not launch_environment().distributed:
-        from ..launch.local import torchrun_argv
+        from ..launch.local import thread_oversubscription, torchrun_argv
         from ..subprocesses import run_foreground
+
+        warning = thread_oversubscription(cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), len(os.sched_getaffinity(0)))
+        if warning:
+            print(f"supertune: warning: {warning}", file=sys.stderr, flush=True)
 
         # A stop signal to this process becomes the stop-request file, which the workers read:
         # torchrun's agent is left alone (it would pass SIGTERM on with a 30 s limit, and SIGUSR1 kills it).

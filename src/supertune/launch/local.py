@@ -6,7 +6,7 @@ import sys
 
 from .launchers import WORKER_MODULE
 
-__all__ = ["torchrun_argv"]
+__all__ = ["torchrun_argv", "thread_oversubscription"]
 
 
 def torchrun_argv(nproc: int, args: list[str], module: str = WORKER_MODULE, max_restarts: int = 0) -> list[str]:
@@ -24,3 +24,20 @@ def torchrun_argv(nproc: int, args: list[str], module: str = WORKER_MODULE, max_
         module,
         *args,
     ]
+
+
+def thread_oversubscription(nproc: int, omp_num_threads: str | None, usable_cores: int) -> str | None:
+    """A warning when OMP_NUM_THREADS (which torchrun passes on as it is; unset, it gives each process
+    1) times the processes exceeds the cores this process may use, else None. Threads that outnumber
+    cores spin in each other's way: 2 processes x 2 threads on 2 cores trained the embedded default
+    3.7x slower than 2 x 1 (52.5 s vs 14.4 s for 40 steps)."""
+    if omp_num_threads is None or not omp_num_threads.strip().isdigit():
+        return None
+    threads = int(omp_num_threads)
+    if threads * nproc <= usable_cores:
+        return None
+    fit = max(1, usable_cores // nproc)
+    return (
+        f"OMP_NUM_THREADS={threads} x {nproc} processes = {threads * nproc} CPU threads on {usable_cores} usable cores: "
+        f"threads that outnumber cores slow training several times; set OMP_NUM_THREADS={fit} (or unset it: torchrun gives each process 1)"
+    )
