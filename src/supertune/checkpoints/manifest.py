@@ -34,8 +34,11 @@ __all__ = [
 MANIFEST_FILE = "supertune-checkpoint.json"
 MODEL_MANIFEST_FILE = "supertune-model.json"
 """Sizes and sha256 of a saved model's files, written last into <run dir>/model."""
-_AVERAGE_MANIFEST = "supertune-average.json"  # supertune.averaging.inputs.AVERAGE_MANIFEST: its "files" are the same table
+AVERAGE_MANIFEST = "supertune-average.json"
+"""What `supertune average` writes into its output: its "files" are the same table as a model's."""
 FORMAT = 1
+MODEL_MANIFEST_NAMES = (MODEL_MANIFEST_FILE, AVERAGE_MANIFEST, MANIFEST_FILE)
+"""The manifests a model directory may carry, in the order they are looked for: its own, an average's, a checkpoint's."""
 VERIFY_MODES = ("auto", "sha256", "size", "none")
 """How a saved model is checked against its manifest: auto is sha256 up to AUTO_SHA256_BYTES, size above."""
 AUTO_SHA256_BYTES = 4 << 30
@@ -141,7 +144,7 @@ def write_model_manifest(root: Path) -> None:
 def _model_table(root: Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
     """(manifest name, {file: {size, sha256}}) of the first manifest a model directory has: its own,
     an average's or a checkpoint's; None when it has none (a model from elsewhere). ValueError when unreadable."""
-    for name in (MODEL_MANIFEST_FILE, _AVERAGE_MANIFEST, MANIFEST_FILE):
+    for name in MODEL_MANIFEST_NAMES:
         path = Path(root) / name
         if not path.is_file():
             continue

@@ -106,8 +106,6 @@ def _check_start_model(cfg: Any) -> None:
     """The weights a run starts from, against their manifest (sha256 up to 4 GiB, sizes above), before
     a run directory exists: a damaged model is refused without leaving a run behind. Validation
     compared sizes already; loading the model checks again only in other processes."""
-    import os
-
     from ..modeling.model_files import check_saved_model
 
     m = cfg.model

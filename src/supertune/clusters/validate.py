@@ -40,7 +40,7 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
     _check_hardware(p, bad)
     _check_scheduler(p, bad)
     for i, path in enumerate(p.module_use):
-        if not path.startswith("/") or not _MODULE_PATH.match(path):
+        if not _MODULE_PATH.match(path):
             bad(f"module_use[{i}]", f"{path!r} is not an absolute directory path; write one per item, e.g. /appl/local/training/modules/AI-20240529")
     for i, module in enumerate(p.modules):
         if not _MODULE.match(module):

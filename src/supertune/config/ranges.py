@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .schema import RunConfig
 
-__all__ = ["SEED_MAX", "NAME_MAX_BYTES", "OPTIMIZERS", "range_problems", "within_range"]
+__all__ = ["SEED_MAX", "NAME_MAX_BYTES", "OPTIMIZERS", "range_problems", "seed_problems", "within_range"]
 
 SEED_MAX = 2**32 - 1
 """numpy's legacy seed (what transformers' set_seed seeds besides torch) takes 0 .. 2**32 - 1."""
@@ -49,12 +49,18 @@ def within_range(key: str, value: int | float | None) -> bool:
     return value is None or key not in _LIMITS or value <= _LIMITS[key][0]
 
 
+def seed_problems(key: str, value: int | None) -> list[str]:
+    """The line for a seed that torch and numpy cannot take (none for an unset one)."""
+    if value is not None and not 0 <= value <= SEED_MAX:
+        return [f"{key}: {value} is not a seed; use 0 .. {SEED_MAX} (2**32 - 1)"]
+    return []
+
+
 def range_problems(cfg: RunConfig) -> list[str]:
     """One line per value out of its range, naming the key, the value and the range."""
     p: list[str] = []
-    for key, value in (("training.seed", cfg.training.seed), ("training.data_seed", cfg.training.data_seed)):  # generate.seed: validate
-        if value is not None and not 0 <= value <= SEED_MAX:
-            p.append(f"{key}: {value} is not a seed; use 0 .. {SEED_MAX} (2**32 - 1)")
+    for key, value in (("training.seed", cfg.training.seed), ("training.data_seed", cfg.training.data_seed)):  # generate.seed: validate_generate
+        p += seed_problems(key, value)
     for key, (most, why) in _LIMITS.items():
         section, name = key.rsplit(".", 1)
         value = getattr(_section(cfg, section), name)

@@ -16,7 +16,7 @@ from ..data.formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
 from .model_fit import model_fit_problems
-from .ranges import SEED_MAX, range_problems
+from .ranges import range_problems, seed_problems
 from .schema import DataConfig, FsdpConfig, GenerateConfig, ModelConfig, RunConfig
 
 __all__ = ["validate", "validate_generate", "config_problems"]
@@ -104,8 +104,7 @@ def _check_generate(g: GenerateConfig, p: list[str]) -> None:
         p.append(f"generate.max_new_tokens: must not be negative, got {g.max_new_tokens}")
     if g.top_k < 0:
         p.append(f"generate.top_k: must not be negative (0 disables it), got {g.top_k}")
-    if not 0 <= g.seed <= SEED_MAX:
-        p.append(f"generate.seed: {g.seed} is not a seed; use 0 .. {SEED_MAX} (2**32 - 1)")
+    p += seed_problems("generate.seed", g.seed)
 
 
 def _check_model(cfg: RunConfig, p: list[str]) -> None:

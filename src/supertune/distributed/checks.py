@@ -65,24 +65,22 @@ def _zero_problems(cfg: RunConfig, local: bool) -> list[str]:
             f"training.optim: {cfg.training.optim} cannot run under distributed.offload={dist.offload} "
             "(ZeRO-Offload steps DeepSpeed's CPU AdamW); set training.optim=adamw_torch or distributed.offload=none"
         )
+    try:  # the merge needs no DeepSpeed: your own file or settings against the run's values
+        config = deepspeed_config(cfg)
+    except ConfigError as exc:
+        problems += exc.problems
+        config = None
     try:
         with _quiet_deepspeed():
             from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
-        if dist.deepspeed_config or dist.deepspeed:
-            try:  # the merge needs no DeepSpeed: its conflicts are reported even without it
-                deepspeed_config(cfg)
-            except ConfigError as exc:
-                problems += exc.problems
         if not local:
             # A job's environment (its container, modules) may differ from this login node's; each
             # process of the job validates the config again there, with DeepSpeed at hand.
             return problems
         return problems + [f"distributed.strategy: {strategy} needs DeepSpeed, which is not installed; pip install deepspeed"]
-    try:
-        config = deepspeed_config(cfg)
-    except ConfigError as exc:  # your own file or settings against the run's values
-        return problems + exc.problems
+    if config is None:
+        return problems
     try:
         with _quiet_deepspeed():
             DeepSpeedConfig(resolved_for_check(config, cfg))

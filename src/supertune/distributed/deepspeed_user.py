@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ..config.errors import ConfigError
@@ -60,25 +61,23 @@ _GATHER_KEYS = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weigh
 
 
 def read_deepspeed_file(path: str) -> dict[str, Any]:
-    """The mapping in a DeepSpeed JSON or YAML file; a ConfigError naming the file when it cannot be read."""
+    """The mapping in a DeepSpeed JSON or YAML file (YAML read as strictly as run configs:
+    config/yaml_file); a ConfigError naming the file when it cannot be read."""
     key = "distributed.deepspeed_config"
+    if path.endswith((".yaml", ".yml")):
+        from ..config.yaml_file import read_yaml_mapping
+
+        return _numbers(read_yaml_mapping(Path(path).expanduser(), key, "DeepSpeed settings"))
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         raise ConfigError([f"{key}: cannot read {path!r}: {exc.strerror or exc}"]) from None
     try:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            data = _numbers(yaml.safe_load(text))
-        else:
-            data = json.loads(text)
-    except ValueError as exc:  # json's and yaml's parse errors are both ValueErrors
+        data = json.loads(text)
+    except ValueError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError([f"{key}: {path!r} is not valid {'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'}: {first}"]) from None
-    except Exception as exc:  # yaml.YAMLError is not a ValueError
-        raise ConfigError([f"{key}: {path!r} is not valid YAML: {str(exc).splitlines()[0]}"]) from None
+        raise ConfigError([f"{key}: {path!r} is not valid JSON: {first}"]) from None
     if not isinstance(data, dict):
         raise ConfigError([f"{key}: {path!r} must hold a mapping of DeepSpeed settings, got {type(data).__name__}"])
     return data

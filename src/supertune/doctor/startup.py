@@ -1,7 +1,8 @@
-"""The one doctor check every training process runs before it builds anything: a job given GPUs
-whose PyTorch build cannot see them (a CPU build on a GPU node, a CUDA build on a ROCm node, every
-device hidden) would otherwise train on the CPU for hours. It costs a look at /dev and the
-environment; torch is already imported by then."""
+"""The one doctor check run before training builds anything (by `supertune train` before the run
+directory exists, and by every worker process of a job): a job given GPUs whose PyTorch build cannot
+see them (a CPU build on a GPU node, a CUDA build on a ROCm node, every device hidden) would otherwise
+train on the CPU for hours. It costs importing torch (which training does next anyway), a look at
+/dev and the environment."""
 
 from __future__ import annotations
 

@@ -244,9 +244,9 @@ def _evaluate_step(place: SitePlace, number: int, model: str) -> dict[str, Any]:
     return {"run": _tool(place.python, "evaluate", place.env, inputs, outputs), "in": step_in, "out": ["receipt"]}
 
 
-def round_job(work: RoundWork, configs: dict[str, Path], given: dict[str, str]) -> dict[str, Any]:
-    """The workflow's inputs: files on this machine, which StreamFlow stages for each step.
-    `configs`: the round's run config of every site with a train step."""
+def round_job(work: RoundWork, given: dict[str, str]) -> dict[str, Any]:
+    """The workflow's inputs: files on this machine, which StreamFlow stages for each step (the run
+    config of every site with a train step among them)."""
 
     def directory(path: Path | str) -> dict[str, str]:
         return {"class": "Directory", "path": str(path)}
@@ -257,8 +257,8 @@ def round_job(work: RoundWork, configs: dict[str, Path], given: dict[str, str]) 
     job: dict[str, Any] = {}
     if work.train or work.average:
         job["previous"] = directory(work.previous)
-    for name, config in configs.items():
-        job[f"config_{name}"] = file(config)
+    for w in work.train:
+        job[f"config_{w.name}"] = file(w.config)
     for name, checkpoint in given.items():
         job[f"checkpoint_{name}"] = directory(checkpoint)
     if not work.average:

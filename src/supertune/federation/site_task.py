@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from .receipts import write_receipt
 
 __all__ = ["main", "link_tree", "START_MODEL", "TRAIN_LOG"]
 
@@ -91,7 +92,7 @@ def train(site: str, number: int, config: Path, site_dir: Path, global_model: Pa
     # The whole checkpoint, as its manifest lists it (the average refuses one with files missing):
     # with AdamW in fp32 that includes an optimizer state twice the weights' size.
     link_tree(Path(record["checkpoint"]), out / f"checkpoint-{site}")
-    _write_json(out / f"trained-{site}.json", record)
+    write_receipt(out / f"trained-{site}.json", record)
     return record
 
 
@@ -182,12 +183,6 @@ def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, 
 
 
 # -- command line ---------------------------------------------------------------------------------
-
-
-def _write_json(path: Path, record: dict) -> None:
-    from ..rundir import write_json_atomic
-
-    write_json_atomic(path, record)
 
 
 def _parser() -> argparse.ArgumentParser:

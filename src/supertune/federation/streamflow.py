@@ -64,7 +64,7 @@ class StreamFlowExecutor:
         places = {s.name: self._place(s, work) for s in self.fed.sites}
         work, given = self._finished_training(work)
         workflow = round_workflow(work, places, self._here(n), self.root.path, given)
-        job = round_job(work, {w.name: w.config for w in work.train}, given)
+        job = round_job(work, given)
         steps = list(workflow["steps"])
         config = streamflow_config(self.fed, work, places, files, steps)
         if files.directory.exists():  # an earlier attempt of this round: end what it left running

@@ -199,9 +199,12 @@ def check_saved_model(directory: str, label: str, verify: str, tokenizer: bool) 
 
 
 def _manifest_stamp(directory: str) -> tuple[str, int] | None:
-    from ..checkpoints.manifest import MODEL_MANIFEST_FILE
+    """The directory and the time of the manifest it is verified against (whichever it has), or None."""
+    from ..checkpoints.manifest import MODEL_MANIFEST_NAMES
 
-    try:
-        return os.path.realpath(directory), os.stat(Path(directory) / MODEL_MANIFEST_FILE).st_mtime_ns
-    except OSError:
-        return None
+    for name in MODEL_MANIFEST_NAMES:
+        try:
+            return os.path.realpath(directory), os.stat(Path(directory) / name).st_mtime_ns
+        except OSError:
+            continue
+    return None

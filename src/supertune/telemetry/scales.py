@@ -54,9 +54,9 @@ def split_batch(global_batch: int, devices: int, most_per_device: int) -> tuple[
             f"({global_batch} / {devices} is not whole); give a device count that divides {global_batch}, or raise the "
             f"batch (training.per_device_train_batch_size or gradient_accumulation_steps) of the smallest scale"
         )
-    share = global_batch // devices
-    per_device = max(b for b in range(1, min(most_per_device, share) + 1) if share % b == 0)
-    return per_device, share // per_device
+    from ..resolve.global_batch import split_global_batch
+
+    return split_global_batch(global_batch, devices, most_per_device)  # whole now: the same split `resolve` makes
 
 
 def plan_scales(

@@ -108,16 +108,19 @@ def plan_sweep(config: str | None, overrides: list[str], devices: list[int], kee
 
     base = resolve(config, overrides)
     t, profile = base.config.training, base.profile
-    global_batch = getattr(t, "global_batch_size", None)  # issue 13's key: the config keeps its global batch itself
+    global_batch = t.global_batch_size  # the config keeps its global batch itself
     if global_batch and keep == "per-device-batch":
         raise UserError(
             "--keep per-device-batch: the config sets training.global_batch_size, which keeps the global batch at every "
             "scale; remove it (training.global_batch_size=null) or sweep with --keep global-batch"
         )
     per_node, gpus = None, 0
-    if cluster is not None:
-        gpus = base.config.launch.gpus_per_node or (profile.gpus_per_node if profile else 0)
-        per_node = gpus or base.config.launch.procs_per_node or 1
+    if cluster is not None:  # processes per node as `submit` counts them (launch.gpus_per_node=0: a CPU job)
+        from ..clusters.schema import ClusterProfile
+        from ..slurm.job import job_spec
+
+        spec = job_spec(base.config, profile or ClusterProfile(), run_dir="", python="")
+        gpus, per_node = spec.gpus_per_node, spec.procs_per_node
     scales = plan_scales(devices, per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, keep, global_batch)
     planned, problems = [], []
     for scale in scales:

@@ -23,6 +23,7 @@ from ..averaging.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_d
 from ..averaging.shard_writer import PlannedTensor, ShardWriter
 from ..averaging.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
 from ..errors import UserError
+from ..rundir import write_json_atomic
 
 __all__ = ["cast_saved_model", "CONFIG_DTYPE_NAMES"]
 
@@ -121,7 +122,7 @@ def _converted(raw: np.ndarray, dtype: str, target: str, name: str, buffers: _Bu
 def _update_index_size(index: Path, data_bytes: int) -> None:
     data = json.loads(index.read_text(encoding="utf-8"))
     data.setdefault("metadata", {})["total_size"] = data_bytes
-    _write_json(index, data)
+    write_json_atomic(index, data)
 
 
 def _set_config_dtype(path: Path, dtype_name: str) -> None:
@@ -131,10 +132,5 @@ def _set_config_dtype(path: Path, dtype_name: str) -> None:
     config["dtype"] = dtype_name
     if "torch_dtype" in config:  # older transformers name the same thing so
         config["torch_dtype"] = dtype_name
-    _write_json(path, config)
+    write_json_atomic(path, config)
 
-
-def _write_json(path: Path, data: dict) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temporary, path)

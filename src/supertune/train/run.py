@@ -11,7 +11,6 @@ from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..data.pipeline import build_training_data
 from ..distributed.strategy import prepare_process, shards_parameters
-from ..doctor.startup import refuse_invisible_gpus
 from ..evaluation.generate import generate_text
 from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
@@ -38,7 +37,6 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     started = time.time()
     env = launch_environment()
     cfg = fit_global_batch(cfg, env.world_size)  # training.global_batch_size against this launch's process count
-    refuse_invisible_gpus()
     prepare_process(cfg, env)
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
