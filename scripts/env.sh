@@ -24,13 +24,33 @@ import sys
 sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 
-# The PyTorch build. The CPU build comes the way pip resolves the pin here (on the CI machines, a
-# CPU wheel provided to pip), exactly as before; a GPU build from PyTorch's own index for it.
+# The PyTorch build. PyPI's own torch wheel of the pin is one build, by machine: on x86_64 the CUDA
+# 13.0 build (torch 2.13.0's metadata requires cuda-toolkit 13.0.3), on aarch64 a CPU build; that
+# build comes from PyPI (or the site's PyPI mirror). Every other build carries its name as a local
+# version label (2.13.0+cu128) and comes from PyTorch's wheel index, download.pytorch.org. Update
+# pypi_build with the pin.
+torch_version="$(grep -E '^torch==' "$ROOT/src/supertune/pinned-requirements.txt" | cut -d= -f3)"
+case "$(uname -m)" in
+  x86_64) pypi_build=cu130 ;;
+  *) pypi_build=cpu ;;
+esac
 torch_build="${SUPERTUNE_TORCH:-auto}"
 torch_why="SUPERTUNE_TORCH=$torch_build"
 if [ "$torch_build" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    torch_build=cu128; torch_why="auto: nvidia-smi lists NVIDIA GPUs (cu128 needs a driver of the 570 series or newer; SUPERTUNE_TORCH=cu126 for older ones)"
+    # The oldest driver branch of each CUDA major release, as doctor's MIN_DRIVER_BRANCH has them.
+    driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ' || true)"
+    branch="${driver%%.*}"
+    if ! [[ "$branch" =~ ^[0-9]+$ ]]; then
+      torch_build=cu128; torch_why="auto: nvidia-smi lists NVIDIA GPUs but not its driver version; cu128 needs a driver of the 525 series or newer"
+    elif [ "$branch" -ge 580 ]; then
+      torch_build=cu130; torch_why="auto: NVIDIA driver $driver runs CUDA 13 builds (580 or newer)"
+    elif [ "$branch" -ge 525 ]; then
+      torch_build=cu128; torch_why="auto: NVIDIA driver $driver runs CUDA 12 builds (525 or newer), not CUDA 13's (580)"
+    else
+      echo "supertune: the NVIDIA driver here ($driver) is older than 525, the oldest that runs CUDA 12 builds; ask the site for a newer driver, use its container (supertune container --cluster NAME), or name an older build (SUPERTUNE_TORCH=cu118) if PyTorch publishes torch $torch_version for it" >&2
+      exit 2
+    fi
   elif [ -e /dev/kfd ]; then
     torch_build=rocm6.4; torch_why="auto: /dev/kfd, an AMD ROCm driver, is present"
   else
@@ -39,16 +59,28 @@ if [ "$torch_build" = auto ]; then
 fi
 case "$torch_build" in
   cpu | cu[0-9]* | rocm[0-9]*) ;;
-  *) echo "supertune: SUPERTUNE_TORCH=$torch_build is not a PyTorch build; use cpu, cu126, cu128, rocm6.4 (a wheel index name) or auto" >&2; exit 2 ;;
+  *) echo "supertune: SUPERTUNE_TORCH=$torch_build is not a PyTorch build; use cpu, cu126, cu128, cu130, rocm6.4 (a wheel index name) or auto" >&2; exit 2 ;;
 esac
-torch_pin="$(grep -E '^torch==' "$ROOT/src/supertune/pinned-requirements.txt")"
-torch_index=()
-[ "$torch_build" = cpu ] || torch_index=(--index-url "https://download.pytorch.org/whl/$torch_build")
+# torch_args: what pip installs torch with; fallback_args, where not empty: the second try.
+fallback_args=()
+if [ "$torch_build" = "$pypi_build" ]; then
+  torch_args=("torch==$torch_version")
+elif [ "$torch_build" = cpu ]; then
+  # A CPU wheel from pip's own indexes where one is offered (a local wheel, as on the CI machines,
+  # or a site mirror), else from PyTorch's CPU index. The label keeps PyPI's CUDA build out.
+  torch_args=("torch==$torch_version+cpu")
+  fallback_args=("torch==$torch_version+cpu" --extra-index-url https://download.pytorch.org/whl/cpu)
+else
+  torch_args=("torch==$torch_version" --index-url "https://download.pytorch.org/whl/$torch_build")
+fi
+pip_cmd="$VENV/bin/python -m pip install"
+torch_install="$pip_cmd ${torch_args[*]}"
+[ ${#fallback_args[@]} -eq 0 ] || torch_install="$torch_install || $pip_cmd ${fallback_args[*]}"
 install_commands=(
   "$VENV/bin/python -m pip install --upgrade pip"
-  "$VENV/bin/python -m pip install $torch_pin${torch_index[*]:+ ${torch_index[*]}}"
-  "$VENV/bin/python -m pip install -r $ROOT/src/supertune/pinned-requirements.txt"
-  "$VENV/bin/python -m pip install --no-deps -e $ROOT"
+  "$torch_install"
+  "$pip_cmd -r $ROOT/src/supertune/pinned-requirements.txt"
+  "$pip_cmd --no-deps -e $ROOT"
 )
 if [ "$PRINT_ONLY" = 1 ]; then
   echo "supertune: PyTorch build $torch_build ($torch_why); venv $VENV"
@@ -57,14 +89,49 @@ if [ "$PRINT_ONLY" = 1 ]; then
   exit 0
 fi
 
+# The build of the torch a venv holds (cpu, cu130, rocm6.4, ...), as torch itself reports it; none
+# when it has no torch. Imports torch (a few seconds), so only when installing.
+torch_build_in() {
+  "$1/bin/python" - <<'PY' 2>/dev/null || echo unimportable
+import importlib.util
+if importlib.util.find_spec("torch") is None:
+    print("none")
+else:
+    import torch
+    if torch.version.cuda:
+        print("cu" + torch.version.cuda.replace(".", ""))
+    elif torch.version.hip:
+        print("rocm" + ".".join(torch.version.hip.split(".")[:2]))
+    else:
+        print("cpu")
+PY
+}
+
 stamp_value="$(cat "$ROOT/src/supertune/pinned-requirements.txt" "$ROOT/pyproject.toml" <(echo "$torch_build") | sha256sum | cut -d' ' -f1)"
 stamp_file="$VENV/.supertune-installed"
 if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_value" ]; then
   echo "supertune: preparing $VENV with PyTorch build $torch_build ($torch_why); first time: a few minutes" >&2
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  # A GPU build is torch==X+cuNNN: the pin below (torch==X) is then already met and not reinstalled.
-  "$VENV/bin/python" -m pip install --quiet "$torch_pin" "${torch_index[@]}"
+  # Another build already there would meet the pin and stay: it goes first.
+  had="$(torch_build_in "$VENV")"
+  if [ "$had" != none ] && [ "$had" != "$torch_build" ]; then
+    echo "supertune: $VENV holds PyTorch build $had; replacing it with $torch_build" >&2
+    "$VENV/bin/python" -m pip uninstall --quiet -y torch
+  fi
+  # The build's wheel is torch==X+label: the pin below (torch==X) is then met and not reinstalled.
+  torch_failed="supertune: could not install PyTorch build $torch_build (pip's reason above); where PyTorch's index (download.pytorch.org) is out of reach, name a mirror that has the build (PIP_EXTRA_INDEX_URL), or on x86_64 take PyPI's own build, SUPERTUNE_TORCH=cu130"
+  if [ ${#fallback_args[@]} -eq 0 ]; then
+    "$VENV/bin/python" -m pip install --quiet "${torch_args[@]}" || { echo "$torch_failed" >&2; exit 1; }
+  elif ! "$VENV/bin/python" -m pip install --quiet "${torch_args[@]}" 2>/dev/null; then
+    echo "supertune: pip's indexes offer no ${torch_args[0]}; trying PyTorch's (${fallback_args[*]:1})" >&2
+    "$VENV/bin/python" -m pip install --quiet "${fallback_args[@]}" || { echo "$torch_failed" >&2; exit 1; }
+  fi
+  got="$(torch_build_in "$VENV")"
+  if [ "$got" != "$torch_build" ]; then
+    echo "supertune: asked for PyTorch build $torch_build ($torch_why), but pip installed $got into $VENV: pip's configuration offers another build first (pip config list); fix it, or name the build you want in SUPERTUNE_TORCH" >&2
+    exit 1
+  fi
   "$VENV/bin/python" -m pip install --quiet -r "$ROOT/src/supertune/pinned-requirements.txt"
   "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT"
   echo "$stamp_value" > "$stamp_file"

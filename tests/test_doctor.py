@@ -188,7 +188,7 @@ def test_cpu_build_with_allocated_gpus_is_refused():
     result = check_gpu_visibility(CPU_TORCH, NO_GPU, slurm_allocation(GPU_JOB), {})
     assert result.verdict == "fail"
     assert "job 4242 has 4 GPU(s)" in result.evidence and "CPU build cannot use GPUs" in result.evidence
-    assert "pip install 'torch==2.13.0' --index-url https://download.pytorch.org/whl/" in result.fix
+    assert "SUPERTUNE_TORCH=auto bash scripts/env.sh" in result.fix
 
 
 def test_wrong_vendor_builds_are_refused():
@@ -196,7 +196,7 @@ def test_wrong_vendor_builds_are_refused():
     assert cuda_on_amd.verdict == "fail" and "CUDA build on an AMD (ROCm) node" in cuda_on_amd.evidence
     assert "whl/rocm" in cuda_on_amd.fix
     rocm_on_nvidia = check_gpu_visibility(TorchFacts(version="2.13.0+rocm6.4", hip="6.4"), NVIDIA_NODE, None, {})
-    assert rocm_on_nvidia.verdict == "fail" and "whl/cu" in rocm_on_nvidia.fix
+    assert rocm_on_nvidia.verdict == "fail" and "whl/cu" in rocm_on_nvidia.fix and "PyPI's own 'torch==2.13.0'" in rocm_on_nvidia.fix
 
 
 def test_right_build_that_sees_no_gpu_gives_torchs_reason():

@@ -20,6 +20,10 @@ def _pip_torch(out: str) -> str:
     return next(line for line in out.splitlines() if "pip install torch==" in line)
 
 
+def _machine() -> str:
+    return subprocess.run(["uname", "-m"], capture_output=True, text=True, check=True).stdout.strip()
+
+
 @pytest.mark.parametrize("build", ["cu126", "cu128", "rocm6.4"])
 def test_a_gpu_build_comes_from_pytorchs_index(repo: Path, tmp_path: Path, build: str) -> None:
     proc = _print(repo, tmp_path, SUPERTUNE_TORCH=build, SUPERTUNE_VENV="/project/p123/supertune-venv")
@@ -30,28 +34,101 @@ def test_a_gpu_build_comes_from_pytorchs_index(repo: Path, tmp_path: Path, build
     assert f"/project/p123/supertune-venv/bin/python -m pip install -r {repo}/src/supertune/pinned-requirements.txt" in proc.stdout
 
 
+def test_pypis_own_build_comes_from_pypi(repo: Path, tmp_path: Path) -> None:
+    """PyPI's torch 2.13.0 for x86_64 is the CUDA 13.0 build: no PyTorch index is needed for cu130 there
+    (a site that mirrors only PyPI can install it); on aarch64 PyPI's wheel is a CPU build."""
+    proc = _print(repo, tmp_path, SUPERTUNE_TORCH="cu130")
+    assert proc.returncode == 0, proc.stderr
+    if _machine() == "x86_64":
+        assert _pip_torch(proc.stdout) == f"{repo}/.venv/bin/python -m pip install torch==2.13.0"
+    else:
+        assert _pip_torch(proc.stdout).endswith("--index-url https://download.pytorch.org/whl/cu130")
+
+
 def test_the_cpu_path_is_unchanged(repo: Path, tmp_path: Path) -> None:
+    """The CPU wheel pip's own indexes offer (the CI machines' local one), named by its label so that
+    PyPI's CUDA build can never be taken instead; PyTorch's CPU index only where none is offered."""
     cases = [{"SUPERTUNE_TORCH": "cpu"}]
     if not Path("/dev/kfd").exists() and not Path("/usr/bin/nvidia-smi").exists():
         cases.append({"PATH": "/usr/bin:/bin"})  # auto, on a machine without a GPU driver (as CI's)
     for env in cases:
         proc = _print(repo, tmp_path, **env)
         assert proc.returncode == 0, proc.stderr
-        assert _pip_torch(proc.stdout) == f"{repo}/.venv/bin/python -m pip install torch==2.13.0"
+        pip = f"{repo}/.venv/bin/python -m pip install"
+        if _machine() == "x86_64":
+            assert _pip_torch(proc.stdout) == f"{pip} torch==2.13.0+cpu || {pip} torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu"
+        else:
+            assert _pip_torch(proc.stdout) == f"{pip} torch==2.13.0"
 
 
-def test_auto_picks_cuda_where_nvidia_smi_lists_gpus(repo: Path, tmp_path: Path) -> None:
+def _fake_nvidia_smi(tmp_path: Path, driver: str) -> str:
+    """A PATH on which nvidia-smi lists one H100 and reports `driver` (empty: cannot say)."""
     fake = tmp_path / "bin" / "nvidia-smi"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  -L) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' ;;\n"
+        f"  *driver_version*) {'exit 9' if not driver else f'echo {driver}'} ;;\n"
+        "esac\n"
+    )
     fake.chmod(0o755)
-    proc = _print(repo, tmp_path, PATH=f"{fake.parent}:/usr/bin:/bin")
-    assert proc.returncode == 0, proc.stderr
-    assert "PyTorch build cu128 (auto: nvidia-smi lists NVIDIA GPUs" in proc.stdout
-    assert _pip_torch(proc.stdout).endswith("--index-url https://download.pytorch.org/whl/cu128")
+    return f"{fake.parent}:/usr/bin:/bin"
+
+
+def test_auto_picks_the_cuda_build_the_driver_runs(repo: Path, tmp_path: Path) -> None:
+    """The boundaries are doctor's: the oldest driver branch of CUDA 12 and of CUDA 13."""
+    from supertune.doctor.software import MIN_DRIVER_BRANCH
+
+    cuda12, cuda13 = MIN_DRIVER_BRANCH[12], MIN_DRIVER_BRANCH[13]
+    for driver, build in ((f"{cuda13}.65.06", "cu130"), (f"{cuda13 + 10}.1", "cu130"), (f"{cuda13 - 1}.99", "cu128"), (f"{cuda12}.60.13", "cu128"), ("", "cu128")):
+        proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, driver))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"supertune: PyTorch build {build} (auto: "), (driver, proc.stdout)
+        if driver:
+            assert f"NVIDIA driver {driver} runs CUDA" in proc.stdout
+        if build == "cu128":
+            assert _pip_torch(proc.stdout).endswith("--index-url https://download.pytorch.org/whl/cu128")
+
+
+def test_auto_refuses_a_driver_older_than_any_build(repo: Path, tmp_path: Path) -> None:
+    proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "470.256.02"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("supertune: the NVIDIA driver here (470.256.02) is older than 525, the oldest that runs CUDA 12 builds;")
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_wrong_build_name_is_one_line(repo: Path, tmp_path: Path) -> None:
     proc = _print(repo, tmp_path, SUPERTUNE_TORCH="cuda12")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == "supertune: SUPERTUNE_TORCH=cuda12 is not a PyTorch build; use cpu, cu126, cu128, rocm6.4 (a wheel index name) or auto"
+    assert proc.stderr.strip() == "supertune: SUPERTUNE_TORCH=cuda12 is not a PyTorch build; use cpu, cu126, cu128, cu130, rocm6.4 (a wheel index name) or auto"
+
+
+def _local_cpu_wheel_dirs() -> list[str]:
+    """The find-links folders of pip's configuration that hold a CPU wheel of the pinned torch (the CI
+    machines have one); empty where pip would have to download a build."""
+    proc = subprocess.run(["python3", "-m", "pip", "config", "list"], capture_output=True, text=True)
+    dirs = []
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            for folder in value.strip("'\"").split():
+                if any(Path(folder).glob("torch-2.13.0+cpu-*.whl")):
+                    dirs.append(folder)
+    return dirs
+
+
+@pytest.mark.slow
+def test_a_build_other_than_asked_is_refused_after_installing(repo: Path, tmp_path: Path) -> None:
+    """Asked for PyPI's CUDA build where pip's configuration offers a CPU wheel first (the CI
+    machines'): the install stops with the build it got, instead of a venv that trains on the CPU."""
+    if _machine() != "x86_64" or not _local_cpu_wheel_dirs():
+        pytest.skip("needs pip's configuration to offer a CPU wheel of torch 2.13.0 (the CI machines' does)")
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_") and k != "VIRTUAL_ENV"}
+    env.update(SUPERTUNE_TORCH="cu130", SUPERTUNE_VENV=str(venv), SUPERTUNE_STREAMFLOW="0")
+    proc = subprocess.run(["bash", str(repo / "scripts" / "env.sh")], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"supertune: asked for PyTorch build cu130 (SUPERTUNE_TORCH=cu130), but pip installed cpu into {venv}:"), proc.stderr
+    assert not (venv / ".supertune-installed").exists()

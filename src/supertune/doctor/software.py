@@ -85,19 +85,21 @@ def check_torch_build(torch: TorchFacts, hardware: GpuHardware) -> CheckResult:
 def torch_install_fix(vendor: str | None, version: str | None) -> str:
     """How to install the torch build that matches the node's GPUs, at the tested version."""
     pin = f"torch=={version.split('+', 1)[0]}" if version else "torch"
+    container = "or run in the site's container (supertune container --cluster NAME)"
     if vendor == "amd":
         return (
-            f"install a ROCm build: pip install '{pin}' --index-url https://download.pytorch.org/whl/rocm6.4 "
-            "(a ROCm release the node's driver supports), or run in the site's container (supertune container --cluster NAME)"
+            f"install a ROCm build: SUPERTUNE_TORCH=rocm6.4 bash scripts/env.sh (pip install '{pin}' "
+            f"--index-url https://download.pytorch.org/whl/rocm6.4; a ROCm release the node's driver supports), {container}"
         )
     if vendor == "nvidia":
         return (
-            f"install a CUDA build: pip install '{pin}' --index-url https://download.pytorch.org/whl/cu128 "
-            "(a CUDA release the driver supports: nvidia-smi shows the newest), or run in the site's container (supertune container --cluster NAME)"
+            "install the CUDA build the node's driver runs: SUPERTUNE_TORCH=auto bash scripts/env.sh on this node picks it "
+            f"(cu130, PyPI's own '{pin}', for driver {MIN_DRIVER_BRANCH[13]}+; cu128 from https://download.pytorch.org/whl/cu128 "
+            f"for {MIN_DRIVER_BRANCH[12]}+), {container}"
         )
     return (
-        f"install the build for the node's GPUs: pip install '{pin}' --index-url https://download.pytorch.org/whl/cu128 "
-        "on NVIDIA, .../whl/rocm6.4 on AMD, or run in the site's container (supertune container --cluster NAME)"
+        "install the build for the node's GPUs: SUPERTUNE_TORCH=auto bash scripts/env.sh on a compute node picks it "
+        f"(cu130 or cu128 by the NVIDIA driver, rocm6.4 on AMD; 'SUPERTUNE_TORCH=... bash scripts/env.sh --print' shows the pip commands), {container}"
     )
 
 
