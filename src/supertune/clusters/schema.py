@@ -29,7 +29,7 @@ class ContainerSpec:
     cotainr_system: str | None = None
     """cotainr's --system for this site (e.g. lumi-g: the site's ROCm base image, as its cotainr install knows it), used instead of --base-image in the command `supertune container` prints."""
     torch_index_url: str | None = None
-    """Extra pip index for torch in the conda environment `supertune container` writes, e.g. https://download.pytorch.org/whl/rocm6.4 for AMD; empty: PyPI's default (CUDA) build."""
+    """Extra pip index for torch in the conda environment `supertune container` writes, e.g. https://download.pytorch.org/whl/rocm6.4 for AMD; empty: PyPI's own build (for torch 2.13.0 on x86_64 the CUDA 13.0 build, which needs an NVIDIA driver 580+)."""
 
 
 @dataclass
