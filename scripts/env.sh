@@ -13,6 +13,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SUPERTUNE_VENV:-$ROOT/.venv}"
+# Absolute: the scripts that source this one change directory before they run what is on PATH.
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PYTHON="${PYTHON:-python3}"
 PRINT_ONLY=0
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = "--print" ]; then
@@ -110,6 +112,16 @@ PY
 stamp_value="$(cat "$ROOT/src/supertune/pinned-requirements.txt" "$ROOT/pyproject.toml" <(echo "$torch_build") | sha256sum | cut -d' ' -f1)"
 stamp_file="$VENV/.supertune-installed"
 if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_value" ]; then
+  # A venv goes into a new or empty directory, or updates one made before: never among other files
+  # (SUPERTUNE_VENV=/project/p123 for /project/p123/supertune-venv would scatter bin/ and lib/ there).
+  if [ -e "$VENV" ] && [ ! -d "$VENV" ]; then
+    echo "supertune: SUPERTUNE_VENV=$VENV is a file, not a directory; name a new directory for the venv, e.g. $VENV-venv" >&2
+    exit 2
+  fi
+  if [ -d "$VENV" ] && [ ! -f "$VENV/pyvenv.cfg" ] && [ -n "$(ls -A -- "$VENV")" ]; then
+    echo "supertune: SUPERTUNE_VENV=$VENV holds other files and no venv (no pyvenv.cfg); name a new directory inside it, e.g. SUPERTUNE_VENV=$VENV/supertune-venv" >&2
+    exit 2
+  fi
   echo "supertune: preparing $VENV with PyTorch build $torch_build ($torch_why); first time: a few minutes" >&2
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true

@@ -132,3 +132,22 @@ def test_a_build_other_than_asked_is_refused_after_installing(repo: Path, tmp_pa
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"supertune: asked for PyTorch build cu130 (SUPERTUNE_TORCH=cu130), but pip installed cpu into {venv}:"), proc.stderr
     assert not (venv / ".supertune-installed").exists()
+
+
+def test_the_venv_never_goes_among_other_files(repo: Path, tmp_path: Path) -> None:
+    """SUPERTUNE_VENV naming a file, or a directory of other files (the project directory instead of
+    a new one inside it), is refused before anything is written there; a relative one is made absolute."""
+    project = tmp_path / "p123"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_")}
+    for venv, message in (
+        (project / "notes.txt", f"supertune: SUPERTUNE_VENV={project}/notes.txt is a file, not a directory;"),
+        (project, f"supertune: SUPERTUNE_VENV={project} holds other files and no venv (no pyvenv.cfg); name a new directory inside it, e.g. SUPERTUNE_VENV={project}/supertune-venv"),
+    ):
+        proc = subprocess.run(["bash", str(repo / "scripts" / "env.sh")], env={**env, "SUPERTUNE_VENV": str(venv)}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in project.iterdir()) == ["notes.txt"] and (project / "notes.txt").read_text() == "mine\n"
+    proc = _print(repo, tmp_path, SUPERTUNE_VENV="venvs/st")
+    assert proc.returncode == 0 and f"; venv {tmp_path}/venvs/st\n" in proc.stdout
