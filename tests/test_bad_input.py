@@ -347,3 +347,31 @@ def test_the_optimizer_names_are_those_of_transformers():
     from supertune.config.ranges import OPTIMIZERS
 
     assert set(OPTIMIZERS) == {o.value for o in OptimizerNames}
+
+
+def test_a_library_error_without_a_message_is_named_by_its_type() -> None:
+    """One-line errors quote the first line of a library's reason; one with no message at all
+    (OSError()) gives its type's name instead of an IndexError."""
+    from supertune.errors import first_line
+
+    assert first_line(OSError()) == "OSError"
+    assert first_line(ValueError("\n  bad header\nmore")) == "bad header"
+
+
+def test_safetensors_own_error_is_named_as_damaged_weights(tmp_path: Path) -> None:
+    """safetensors raises its own type (not an OSError) for a file cut short: named as damaged weights."""
+    import safetensors.torch
+    import torch
+
+    from supertune.errors import UserError
+    from supertune.modeling.load_errors import model_load_errors
+
+    path = tmp_path / "model.safetensors"
+    safetensors.torch.save_file({"w": torch.zeros(64, 64)}, str(path))
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(UserError, match=r"^MODEL: the weights of '.*' are damaged \(.+\); save or copy the model again$"):
+        with model_load_errors("MODEL", str(tmp_path)):
+            safetensors.torch.load_file(str(path))
+    with pytest.raises(UserError, match=r"^MODEL: cannot load '.*': OSError$"):
+        with model_load_errors("MODEL", str(tmp_path)):
+            raise OSError()

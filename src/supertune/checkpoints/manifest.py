@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import first_line
 from ..file_hashes import sha256_files
 
 __all__ = [
@@ -151,7 +152,7 @@ def _model_table(root: Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"{name} is unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+            raise ValueError(f"{name} is unreadable ({first_line(exc)})") from None
         files = data.get("files") if isinstance(data, dict) else None
         if not isinstance(files, dict) or not all(isinstance(v, dict) and "size" in v and "sha256" in v for v in files.values()):
             raise ValueError(f"{name} has no table of files with size and sha256")

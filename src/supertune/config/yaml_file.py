@@ -26,6 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..errors import first_line
 from .errors import ConfigError
 
 __all__ = ["MAX_DEPTH", "MAX_VALUES", "MAX_FILE_BYTES", "YamlRefused", "load_yaml_text", "read_config_file", "read_yaml_mapping"]
@@ -80,7 +81,7 @@ def read_yaml_mapping(path: Path, what: str, shape: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise ConfigError([f"{name} is not valid YAML{at}: {problem}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{name} is not UTF-8 text"]) from None

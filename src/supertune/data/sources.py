@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import DataConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .formats import file_format
 
 __all__ = [
@@ -160,7 +160,7 @@ def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:
     except Exception as exc:  # datasets raises many types for unreadable files; all mean the same to the user
         while exc.__cause__ is not None:  # "An error occurred while generating the dataset" wraps the reason
             exc = exc.__cause__  # type: ignore[assignment]
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise UserError(f"data: cannot read {builder} files {files}: {first}") from None
     finally:
         quiet.setLevel(level)
@@ -269,7 +269,7 @@ def load_hub_dataset(d: DataConfig) -> Any:
     try:
         return datasets.load_dataset(d.dataset_name, d.dataset_config, streaming=d.streaming)
     except (FileNotFoundError, ConnectionError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise UserError(
             f"data.dataset_name: cannot load {d.dataset_name!r}"
             f"{' (' + d.dataset_config + ')' if d.dataset_config else ''} from the local cache: {first}"

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config.errors import ConfigError
 from ..config.schema import RunConfig
+from ..errors import first_line
 from .deepspeed_json import OFFLOAD_OPTIMIZERS, ZERO_STAGES, deepspeed_config, resolved_for_check
 
 __all__ = ["strategy_problems"]
@@ -160,5 +161,4 @@ def _first_line(exc: BaseException) -> str:
             return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in found)
         except Exception:  # not pydantic's errors() after all
             pass
-    text = str(exc).strip() or type(exc).__name__
-    return " ".join(text.splitlines()[0].split())
+    return " ".join(first_line(exc).split())

@@ -33,6 +33,7 @@ from typing import Any
 from ..config.errors import ConfigError
 from ..config.overrides import deep_merge
 from ..config.schema import RunConfig
+from ..errors import first_line
 
 __all__ = ["read_deepspeed_file", "settings_tree", "user_deepspeed_config", "ZERO_KEYS"]
 
@@ -76,7 +77,7 @@ def read_deepspeed_file(path: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise ConfigError([f"{key}: {path!r} is not valid JSON: {first}"]) from None
     if not isinstance(data, dict):
         raise ConfigError([f"{key}: {path!r} must hold a mapping of DeepSpeed settings, got {type(data).__name__}"])

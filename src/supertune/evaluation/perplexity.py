@@ -23,21 +23,16 @@ def load_saved_model(model_dir: str, verify: str = "auto") -> tuple[Any, Any]:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..modeling.load_errors import model_load_errors
     from ..modeling.model_files import check_saved_model
     from ..modeling.tokenizer import token_id_limit, tokenizer_problem
 
     if not os.path.isdir(model_dir):
         raise UserError(f"MODEL: {model_dir!r} is not a directory; give a saved model such as runs/<run>/model")
     check_saved_model(model_dir, "MODEL", verify, tokenizer=True)
-    try:
+    with model_load_errors("MODEL", model_dir):
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"MODEL: cannot load {model_dir!r}: {str(exc).splitlines()[0]}") from None
-    except Exception as exc:
-        if type(exc).__name__ != "SafetensorError":  # safetensors' Rust error type
-            raise
-        raise UserError(f"MODEL: the weights of {model_dir!r} are damaged ({exc}); save or copy the model again") from None
     problem = tokenizer_problem(tokenizer)
     if problem:
         raise UserError(f"MODEL: the tokenizer of {model_dir!r} {problem}; save the model with its tokenizer")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.schema import LoraConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 
 __all__ = ["add_lora"]
 
@@ -25,7 +25,7 @@ def add_lora(model: Any, lora: LoraConfig) -> Any:
     except ValueError as exc:
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if m.__class__.__name__ == "Linear"})
         raise UserError(
-            f"model.lora.target_modules: {lora.target_modules} match nothing in this model ({str(exc).splitlines()[0]}); "
+            f"model.lora.target_modules: {lora.target_modules} match nothing in this model ({first_line(exc)}); "
             f"its linear layers are {', '.join(names)}"
         ) from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.schema import DataConfig, ModelConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .hub import resolve_reference
 from .lora import add_lora
 from .model_files import check_saved_model, model_config_problems
@@ -36,6 +36,8 @@ def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> 
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .load_errors import model_load_errors
+
     if not m.low_cpu_mem_usage and int(transformers.__version__.split(".")[0]) >= 5:
         raise UserError("model.low_cpu_mem_usage: transformers 5 always loads weights in place; set it to true")
     dtype = torch_dtype(m.dtype)
@@ -51,19 +53,13 @@ def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> 
         ref, hub = _model_source(m)
         if not m.from_config:
             check_saved_model(ref, "model.name_or_path", "auto", tokenizer=False)
-        try:
+        with model_load_errors("model.name_or_path", ref):
             if m.from_config:
                 config = AutoConfig.from_pretrained(ref, **hub)
                 _apply_overrides(config, m.config_overrides)
                 model = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code, **common)
             else:
                 model = AutoModelForCausalLM.from_pretrained(ref, **hub, **common)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"model.name_or_path: cannot load {ref!r}: {str(exc).splitlines()[0]}") from None
-        except Exception as exc:
-            if type(exc).__name__ != "SafetensorError":  # safetensors' Rust error type, not importable by name everywhere
-                raise
-            raise UserError(f"model.name_or_path: the weights of {ref!r} are damaged ({exc}); save or copy the model again") from None
     _fit_vocabulary(model, tokenizer)
     keep_packed_rows_apart(model)  # document-masked rows (data.document_mask): refuse, or keep them apart
     if m.gradient_checkpointing:
@@ -138,7 +134,7 @@ def config_override_problems(m: ModelConfig) -> list[str]:
         try:
             config = AutoConfig.from_pretrained(ref, **hub)
         except (OSError, ValueError) as exc:
-            return [f"model.name_or_path: cannot read the config of {ref!r}: {str(exc).splitlines()[0]}"]
+            return [f"model.name_or_path: cannot read the config of {ref!r}: {first_line(exc)}"]
     problem = _override_problem(config, m.config_overrides)
     if problem:
         return [problem]

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 
 __all__ = [
     "NO_TOKENIZER",
@@ -84,7 +84,7 @@ def model_dir_problems(directory: str | Path, weights: bool = True) -> list[str]
             values = json.loads(config.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             values = None
-            problems.append(f"config.json is not readable JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+            problems.append(f"config.json is not readable JSON ({first_line(exc)})")
         if values is not None and not isinstance(values, dict):
             problems.append("config.json is not a JSON object")
         elif values is not None:

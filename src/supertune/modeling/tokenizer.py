@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import RunConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .hub import resolve_reference
 
 __all__ = ["load_tokenizer", "token_id_limit", "tokenizer_problem", "tokenizer_source"]
@@ -44,7 +44,7 @@ def load_tokenizer(cfg: RunConfig) -> Any:
         )
     except (OSError, ValueError) as exc:
         field = "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
-        raise UserError(f"{field}: cannot load a tokenizer from {ref!r}: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"{field}: cannot load a tokenizer from {ref!r}: {first_line(exc)}") from None
     if not getattr(tok, "is_fast", False):
         raise UserError(f"model.tokenizer: {ref!r} has no fast (Rust) tokenizer; supertune needs tokenizer.json")
     if tok.eos_token_id is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import RunConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..file_hashes import sha256_file
 from .manifest import FileEntry
 
@@ -39,7 +39,7 @@ def write_bundle(directory: Path, cfg: RunConfig, tokenizer: Any) -> list[FileEn
                 r.ref, local_files_only=r.local_files_only, revision=m.revision, trust_remote_code=m.trust_remote_code
             )
         except (OSError, ValueError) as exc:
-            raise UserError(f"model.name_or_path: cannot read the config of {r.ref!r} for the bundle: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"model.name_or_path: cannot read the config of {r.ref!r} for the bundle: {first_line(exc)}") from None
         config.save_pretrained(directory / MODEL_DIR)
     files = sorted(p for p in (directory / BUNDLE).rglob("*") if p.is_file())
     return [FileEntry(p.relative_to(directory).as_posix(), p.stat().st_size, sha256_file(p)) for p in files]
