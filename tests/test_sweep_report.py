@@ -177,3 +177,30 @@ def test_the_batch_split_keeps_the_global_batch_and_the_memory_cap():
         plan_scales([1, 64], None, 8, 4, "global-batch")
     # The smallest scale decides the global batch: 2 devices x 8 = 16.
     assert [s.global_batch for s in plan_scales([2, 4], 4, 8, 1, "global-batch")] == [16, 16]
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_writing_and_a_damaged_summary(local_sweep, tmp_path):
+    """A metrics line cut short by a kill is left out of the plots (the whole lines stay); a summary.json
+    that is not a JSON object is one line naming the file, not a traceback."""
+    import shutil
+
+    from supertune.telemetry.plots import figure_run_curves
+    from supertune.telemetry.report import load_runs
+
+    sweep_dir, _, _ = local_sweep
+    run_dir = tmp_path / "killed"
+    shutil.copytree(sweep_dir / "devices-1", run_dir)
+    with (run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"loss": 1.25, "step": 1')  # the kill came mid-line
+    proc = _supertune("report", str(run_dir), "--out", str(tmp_path / "one"))
+    assert proc.returncode == 0, proc.stderr
+    (run,), _, _ = load_runs([str(run_dir)])
+    assert len(figure_run_curves(run).axes[0].lines[0].get_xdata()) == 6
+    (run_dir / "summary.json").write_text('{"eval_loss": 2.1,', encoding="utf-8")
+    proc = _supertune("report", str(run_dir), "--out", str(tmp_path / "two"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        f"supertune: error: RUN_DIR {run_dir}: {run_dir}/summary.json is not JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 19 (char 18); supertune writes it when a run finishes: restore it, or train the run again"
+    )

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import UserError, first_line
 
 __all__ = ["RunDir", "create_run_dir", "holds_run", "run_of_model", "write_json_atomic"]
 
@@ -40,6 +40,25 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.path / METRICS_FILE
+
+    def read_summary(self, label: str) -> dict[str, Any] | None:
+        """summary.json as a dict; None while the run has not finished. A file that is not a JSON
+        object (edited, or copied in part) is a UserError that starts with `label`."""
+        try:
+            text = self.summary.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise UserError(f"{label}: {self.summary} cannot be read ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            data, reason = None, f"not JSON: {first_line(exc)}"
+        else:
+            reason = f"a JSON {type(data).__name__}, not an object"
+        if not isinstance(data, dict):
+            raise UserError(f"{label}: {self.summary} is {reason}; supertune writes it when a run finishes: restore it, or train the run again")
+        return data
 
     @property
     def stop_request(self) -> Path:

@@ -173,10 +173,9 @@ def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | 
 
 def _run_counts(run: RunDir) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
     """Tokens from the run's summary.json; samples from its checkpoint at the final step (the summary has none)."""
-    try:
-        summary = json.loads(run.summary.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"MODEL {run.path}: summary.json is unreadable ({exc})") from None
+    summary = run.read_summary(f"MODEL {run.path}")
+    if summary is None:
+        raise UserError(f"MODEL {run.path}: the run has no summary.json (it has not finished); give a checkpoint of it instead")
     tokens_value = summary.get("train_tokens")
     tokens = (int(tokens_value), "run summary.json train_tokens") if isinstance(tokens_value, int) else (None, "run summary.json has no train_tokens")
     step = summary.get("train_steps")

@@ -88,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
         if code != 0:
             print(f"supertune: error: torchrun exited with code {code}; see the output above", flush=True)
             return code
-        summary = json.loads(run_dir.summary.read_text())
+        summary = run_dir.read_summary("run directory")
+        if summary is None:
+            print(f"supertune: error: the training processes ended without writing {run_dir.summary}; see the output above", flush=True)
+            return 1
     else:
         from ..train.logging_setup import setup_logging
         from ..train.run import run_training
@@ -120,7 +123,7 @@ def _run_dir(args: argparse.Namespace, resolution: Any) -> RunDir | None:
     choice = choose_run_dir(args.run_dir, resolution, args.no_resume)
     print(f"supertune: {choice.message}", flush=True)
     if choice.finished:
-        _report(json.loads(choice.run.summary.read_text()), choice.run)
+        _report(choice.run.read_summary("--run-dir") or {}, choice.run)
         return None
     return choice.run
 

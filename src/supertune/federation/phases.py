@@ -4,7 +4,6 @@ round's average (the global model and the weights each site got)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -22,9 +21,9 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
     """The receipt of a site's finished training in `run_dir`: its final checkpoint, verified by sha256."""
     run = RunDir(run_dir)
     label = f"{site} round {number}"
-    if not run.summary.is_file():
+    summary = run.read_summary(label)
+    if summary is None:
         raise UserError(f"{label}: the run in {run_dir} has not finished (no summary.json)")
-    summary = json.loads(run.summary.read_text(encoding="utf-8"))
     checkpoint = CheckpointDir(run.checkpoints).latest()
     if checkpoint is None:
         raise UserError(f"{label}: the run in {run_dir} finished without a checkpoint to average")

@@ -90,7 +90,7 @@ def figure_losses(runs: list[Any]) -> Any:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     styles = ("-", "--", ":", "-.")  # runs of a strong-scaling sweep lie on top of each other
     for i, run in enumerate(runs):
-        records = run.records()
+        records = run.records
         points = [(_tokens(r), r["loss"]) for r in records if "loss" in r and _tokens(r)]
         if points:
             ax.plot(*zip(*points), styles[i % len(styles)], color=f"C{i}", label=run.label)
@@ -116,10 +116,10 @@ def _tokens(record: dict[str, Any]) -> int | None:
 def figure_run_curves(run: Any) -> Any:
     plt = _pyplot()
     fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True)
-    records = [r for r in run.records() if "loss" in r]
+    records = [r for r in run.records if "loss" in r]
     steps = [r["step"] for r in records]
     loss_ax.plot(steps, [r["loss"] for r in records], color="C0", label="training loss")
-    evals = [(r["step"], r["eval_loss"]) for r in run.records() if "eval_loss" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in run.records if "eval_loss" in r]
     if run.summary and run.summary.get("eval_loss") is not None:
         evals.append((run.summary.get("train_steps"), run.summary["eval_loss"]))  # the final evaluation
     if evals:
@@ -137,7 +137,7 @@ def figure_run_curves(run: Any) -> Any:
 
 def figure_run_throughput(run: Any) -> Any:
     plt = _pyplot()
-    records = [r for r in run.records() if "throughput_tokens_per_s" in r]
+    records = [r for r in run.records if "throughput_tokens_per_s" in r]
     has_mfu = any("mfu" in r for r in records)
     fig, axes = plt.subplots(2 if has_mfu else 1, 1, figsize=(6.5, 5.5 if has_mfu else 3.5), sharex=True, squeeze=False)
     ax = axes[0][0]

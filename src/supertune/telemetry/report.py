@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..config.yaml_file import read_yaml_mapping
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, write_json_atomic
 from .sweep import SWEEP_FILE, read_sweep
@@ -48,12 +50,24 @@ class RunResult:
         t = self.config.get("training", {})
         return int(t.get("per_device_train_batch_size", 0)) * int(t.get("gradient_accumulation_steps", 1))
 
+    @cached_property
     def records(self) -> list[dict[str, Any]]:
-        """metrics.jsonl, one dict per line (empty when there is none)."""
-        if not self.run.metrics.exists():
+        """metrics.jsonl, one dict per line (empty when there is none), read once for every plot. A
+        line cut short (the run was killed while appending it) is left out: the plots show what was
+        written whole."""
+        try:
+            text = self.run.metrics.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
             return []
-        lines = self.run.metrics.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        records = []
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
 
 
 @dataclass(frozen=True)
@@ -88,11 +102,9 @@ def load_runs(paths: list[str]) -> tuple[list[RunResult], str | None, str]:
 
 
 def _load(path: Path, devices: int | None = None, nodes: int | None = None) -> RunResult:
-    import yaml
-
     run = RunDir(Path(path).expanduser().absolute())
-    summary = json.loads(run.summary.read_text(encoding="utf-8")) if run.summary.exists() else None
-    config = yaml.safe_load(run.config.read_text(encoding="utf-8")) if run.config.exists() else {}
+    summary = run.read_summary(f"RUN_DIR {run.path}")
+    config = read_yaml_mapping(run.config, "run config", "sections (model:, data:, training:, ...)") if run.config.exists() else {}
     if summary is not None:
         devices, nodes = int(summary.get("world_size", devices or 1)), int(summary.get("nodes", nodes or 1))
     return RunResult(run, summary, config or {}, devices or 1, nodes or 1)

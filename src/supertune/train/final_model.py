@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 from ..checkpoints.manifest import write_model_manifest
@@ -29,23 +30,25 @@ def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, 
             merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
             merged.to(torch_dtype(cfg.model.dtype)).save_pretrained(run.model)
             tokenizer.save_pretrained(run.model)
-            cast_saved_model(run.model, cfg.output.dtype)
-            write_model_manifest(run.model)
+            _finish(run.model, cfg.output.dtype)
         trainer.accelerator.wait_for_everyone()
         return
     # save_model gathers sharded weights (ZeRO-3: stage3_gather_16bit_weights_on_model_save; FSDP: a
     # full state dict) into one checkpoint written by the main process; every rank must call it.
     trainer.save_model(str(run.model))
     if env.is_main:
-        cast_saved_model(run.model, cfg.output.dtype)  # output.dtype; LoRA adapters are left as they are
-    if lora.enabled and env.is_main and (cfg.model.name_or_path is None or cfg.model.from_config):
-        _save_fresh_base(trainer, run, cfg.output.dtype)
-        write_model_manifest(run.base_model)
-    if env.is_main:
-        # Last, once every file is final: sizes and sha256 that eval, generate, averaging and a run
-        # starting from this model check (hashing reads the model once more: about 1 s per GB).
-        write_model_manifest(run.model)
+        if lora.enabled and (cfg.model.name_or_path is None or cfg.model.from_config):
+            _save_fresh_base(trainer, run, cfg.output.dtype)  # also points the adapters' config at it
+        _finish(run.model, cfg.output.dtype)
     trainer.accelerator.wait_for_everyone()
+
+
+def _finish(model_dir: Path, dtype: str) -> None:
+    """output.dtype applied (LoRA adapters are left as they are), then, once every file is final, the
+    sizes and sha256 that eval, generate, averaging and a run starting from this model check (hashing
+    reads the model once more: about 1 s per GB)."""
+    cast_saved_model(model_dir, dtype)
+    write_model_manifest(model_dir)
 
 
 def _save_fresh_base(trainer: Any, run: RunDir, dtype: str) -> None:
@@ -58,7 +61,7 @@ def _save_fresh_base(trainer: Any, run: RunDir, dtype: str) -> None:
     base = copy.deepcopy(peft_model).unload()
     base_dir = run.base_model
     base.save_pretrained(base_dir)
-    cast_saved_model(base_dir, dtype)
+    _finish(base_dir, dtype)
     config_path = run.model / "adapter_config.json"
     adapter = json.loads(config_path.read_text())
     adapter["base_model_name_or_path"] = str(base_dir)
