@@ -43,6 +43,13 @@ if [ "$torch_build" = auto ]; then
     # The oldest driver branch of each CUDA major release, as doctor's MIN_DRIVER_BRANCH has them.
     driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ' || true)"
     branch="${driver%%.*}"
+    # The oldest GPU's compute capability (nvidia-smi of drivers since 2022 tells it): CUDA 13 builds
+    # carry kernels from 7.5 on, so Volta (7.0) and older never get one.
+    oldest_gpu="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' ' | sort -V | head -n1 || true)"
+    if [[ "$oldest_gpu" =~ ^[0-9]+\.[0-9]+$ ]] && [ "$(printf '%s\n7.5\n' "$oldest_gpu" | sort -V | head -n1)" != 7.5 ]; then
+      echo "supertune: these GPUs have compute capability $oldest_gpu, older than 7.5, where CUDA 13 builds start: auto will not choose for them; name a CUDA 12 build (SUPERTUNE_TORCH=cu126 or cu128) and run supertune doctor on a compute node, whose gpus check reads the kernels the build carries (torch 2.11 and newer are reported to carry none for 7.0 in any build)" >&2
+      exit 2
+    fi
     if ! [[ "$branch" =~ ^[0-9]+$ ]]; then
       torch_build=cu128; torch_why="auto: nvidia-smi lists NVIDIA GPUs but not its driver version; cu128 needs a driver of the 525 series or newer"
     elif [ "$branch" -ge 580 ]; then

@@ -458,3 +458,23 @@ def test_doctor_refuses_a_gpu_job_that_torch_cannot_see():
 def test_doctor_comm_needs_several_processes():
     proc = _doctor("--comm")
     assert proc.returncode == 2 and "--nproc N" in proc.stderr
+
+
+def test_a_gpu_the_build_has_no_kernels_for_fails():
+    """A CUDA 13 build (kernels from 7.5 on) on V100s (7.0) sees them but cannot run on them; cubins run
+    on later minors of their major (sm_80 on 8.6), PTX on any later capability (compute_120 on 12.1)."""
+    from supertune.doctor.gpus import has_kernels
+
+    cu130 = TorchFacts(version="2.13.0+cu130", cuda="13.0", device_count=1, gpus=(V100,), arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"))
+    result = check_gpus(cu130)
+    assert result.verdict == "fail"
+    assert "carries kernels for sm_75, sm_80, sm_86, sm_90, sm_100, sm_120, compute_120 only, none for compute capability 7.0 (1 of 1 GPU(s))" in result.evidence
+    assert "sm_70" in result.fix
+    a10 = GpuDevice(0, "NVIDIA A10", 24 * 2**30, (8, 6))
+    assert has_kernels(a10, TorchFacts(version="x", cuda="12.8", arch_list=("sm_80",))) is True
+    assert has_kernels(GpuDevice(0, "B", 1, (12, 1)), TorchFacts(version="x", cuda="13.0", arch_list=("sm_90", "compute_120"))) is True
+    assert has_kernels(H100, TorchFacts(version="x", cuda="13.0", arch_list=("sm_90a",))) is True
+    assert has_kernels(H100, TorchFacts(version="x", cuda="12.6", arch_list=("sm_70", "sm_80"))) is False
+    assert has_kernels(V100, TorchFacts(version="x", cuda="12.6")) is None  # no list: unknown, not refused
+    assert has_kernels(MI250, ROCM_TORCH) is None
+    assert check_gpus(TorchFacts(version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(H100,), arch_list=("sm_80", "sm_90"))).verdict == "ok"

@@ -61,8 +61,8 @@ def test_the_cpu_path_is_unchanged(repo: Path, tmp_path: Path) -> None:
             assert _pip_torch(proc.stdout) == f"{pip} torch==2.13.0"
 
 
-def _fake_nvidia_smi(tmp_path: Path, driver: str) -> str:
-    """A PATH on which nvidia-smi lists one H100 and reports `driver` (empty: cannot say)."""
+def _fake_nvidia_smi(tmp_path: Path, driver: str, capabilities: tuple[str, ...] = ("9.0",)) -> str:
+    """A PATH on which nvidia-smi lists GPUs of these compute capabilities and reports `driver` (empty: cannot say)."""
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(
@@ -70,6 +70,7 @@ def _fake_nvidia_smi(tmp_path: Path, driver: str) -> str:
         'case "$*" in\n'
         "  -L) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' ;;\n"
         f"  *driver_version*) {'exit 9' if not driver else f'echo {driver}'} ;;\n"
+        f"  *compute_cap*) printf '%s\\n' {' '.join(capabilities)} ;;\n"
         "esac\n"
     )
     fake.chmod(0o755)
@@ -96,6 +97,16 @@ def test_auto_refuses_a_driver_older_than_any_build(repo: Path, tmp_path: Path) 
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("supertune: the NVIDIA driver here (470.256.02) is older than 525, the oldest that runs CUDA 12 builds;")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_auto_does_not_choose_for_gpus_older_than_cuda_13s(repo: Path, tmp_path: Path) -> None:
+    """Volta (7.0) beside newer GPUs: CUDA 13 builds carry no kernels for it, whatever the driver."""
+    proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "580.65.06", ("9.0", "7.0")))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("supertune: these GPUs have compute capability 7.0, older than 7.5, where CUDA 13 builds start: auto will not choose for them;")
+    for newer in (("7.5",), ("8.0", "10.0")):
+        proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "580.65.06", newer))
+        assert proc.returncode == 0 and "PyTorch build cu130" in proc.stdout, (newer, proc.stderr)
 
 
 def test_a_wrong_build_name_is_one_line(repo: Path, tmp_path: Path) -> None:

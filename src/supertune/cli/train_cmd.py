@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"launch.nproc={args.nproc}")
     resolution = resolve(config, overrides)
     cfg = resolution.config
-    from ..doctor.startup import refuse_invisible_gpus
+    from ..doctor.startup import refuse_unusable_gpus
 
-    refuse_invisible_gpus()  # before a run directory exists: a GPU job that would train on the CPU
+    refuse_unusable_gpus()  # before a run directory exists: a GPU job that would train on the CPU, or stop at its first kernel
     _check_start_model(cfg)
     run_dir = _run_dir(args, resolution)
     if run_dir is None:

@@ -3,6 +3,7 @@ and which NCCL/RCCL drives them. On a node without GPUs each says "not applicabl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ..launch.environment import SlurmAllocation
@@ -10,7 +11,7 @@ from .probe import GpuDevice, GpuHardware, TorchFacts
 from .result import CheckResult, fail, not_applicable, ok, warn
 from .software import torch_install_fix
 
-__all__ = ["check_gpu_visibility", "check_gpus", "check_nccl", "bf16_support", "VISIBILITY_VARIABLES"]
+__all__ = ["check_gpu_visibility", "check_gpus", "check_nccl", "bf16_support", "has_kernels", "VISIBILITY_VARIABLES"]
 
 VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 # Values that hide every device: empty, -1, and Slurm's "NoDevFiles" (a GPU gres without device files).
@@ -74,25 +75,58 @@ def check_gpu_visibility(torch: TorchFacts, hardware: GpuHardware, allocation: S
 
 
 def check_gpus(torch: TorchFacts) -> CheckResult:
-    """Each GPU's name, memory and bf16 support (decided from the architecture on ROCm)."""
+    """Each GPU's name, memory and bf16 support (decided from the architecture on ROCm); a GPU the
+    CUDA build has no kernels for fails: its first operation would stop the job."""
     name = "gpus"
     if not torch.gpus:
         return not_applicable(name, "torch sees no GPU")
-    lines, without = [], []
+    lines, without, unsupported = [], [], []
     for gpu in torch.gpus:
         has, why = bf16_support(gpu, torch)
         lines.append(f"{gpu.index}: {gpu.name}, {gpu.memory_bytes / 2**30:.1f} GiB, {why}, bf16 {'yes' if has else 'no'}")
         if not has:
             without.append(gpu)
+        if has_kernels(gpu, torch) is False:
+            unsupported.append(gpu)
     evidence = "; ".join(lines)
     if torch.hip:
         evidence += (
             " (on ROCm torch.version.cuda is None: a recipe that tests the CUDA version to decide bf16 "
             "turns it off wrongly; this check goes by the gfx architecture)"
         )
+    if unsupported:
+        gpu = unsupported[0]
+        major, minor = gpu.capability or (0, 0)
+        return fail(
+            name,
+            f"{evidence}; torch {torch.version} ({torch.describe_build}) carries kernels for {', '.join(torch.arch_list)} only, "
+            f"none for compute capability {major}.{minor} ({len(unsupported)} of {len(torch.gpus)} GPU(s)): the first operation "
+            "on it would stop with 'no kernel image is available for execution on the device'",
+            f"run on GPUs this build has kernels for, or install a torch build whose torch.cuda.get_arch_list() holds sm_{major}{minor} "
+            "(CUDA 13 builds start at 7.5; such a build may be older than the tested torch, so untested)",
+        )
     if without:
         return warn(name, evidence, "train without bf16 on these GPUs: training.bf16=false with training.fp16=true (loss scaling) or fp32")
     return ok(name, evidence)
+
+
+def has_kernels(gpu: GpuDevice, torch: TorchFacts) -> bool | None:
+    """Whether the CUDA build carries kernels `gpu` can run: a cubin of its major architecture and
+    no newer minor (sm_80 runs on 8.6), or PTX of its capability or older (compute_90 on 10.0). None
+    when unknown (a ROCm build, no architecture list, no capability)."""
+    if torch.hip or not torch.arch_list or gpu.capability is None:
+        return None
+    for arch in torch.arch_list:
+        kind, _, number = arch.partition("_")
+        digits = re.match(r"\d+", number)
+        if digits is None:
+            continue
+        major, minor = divmod(int(digits.group()), 10)  # sm_75 -> 7.5, sm_100 -> 10.0, sm_90a -> 9.0
+        if kind == "sm" and major == gpu.capability[0] and minor <= gpu.capability[1]:
+            return True
+        if kind == "compute" and (major, minor) <= gpu.capability:
+            return True
+    return False
 
 
 def bf16_support(gpu: GpuDevice, torch: TorchFacts) -> tuple[bool, str]:

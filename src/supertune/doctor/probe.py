@@ -117,6 +117,10 @@ class TorchFacts:
     nccl: bool = False
     nccl_version: str | None = None
     import_error: str | None = None
+    arch_list: tuple[str, ...] = ()
+    """torch.cuda.get_arch_list() of a CUDA build that sees GPUs: the architectures it carries kernels
+    for (sm_80: compiled for 8.x; compute_90: PTX, compiled on the device for 9.0 and newer); empty
+    when unknown."""
 
     @property
     def build(self) -> str:
@@ -226,13 +230,14 @@ def read_torch() -> TorchFacts:
     except Exception as exc:  # a broken install raises anything from ImportError to OSError
         return TorchFacts(version=None, import_error=f"{type(exc).__name__}: {exc}")
     cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
-    count, error, gpus = 0, None, []
+    count, error, gpus, arch_list = 0, None, [], ()
     if cuda or hip:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             available = torch.cuda.is_available()
         if available:
             count = torch.cuda.device_count()
+            arch_list = tuple(torch.cuda.get_arch_list()) if cuda else ()
             for index in range(count):
                 props = torch.cuda.get_device_properties(index)
                 gpus.append(
@@ -266,6 +271,7 @@ def read_torch() -> TorchFacts:
         gloo=bool(available and dist.is_gloo_available()),
         nccl=nccl,
         nccl_version=nccl_version,
+        arch_list=arch_list,
     )
 
 

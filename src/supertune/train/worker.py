@@ -19,7 +19,7 @@ install_signal_handlers()
 from ..errors import UserError  # noqa: E402
 from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..distributed.process_group import leave_process_group  # noqa: E402
-from ..doctor.startup import refuse_invisible_gpus  # noqa: E402
+from ..doctor.startup import refuse_unusable_gpus  # noqa: E402
 from ..launch.exit_order import leave_in_order  # noqa: E402
 from ..resolve import load_run_dir_config  # noqa: E402
 from ..rundir import RunDir  # noqa: E402
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"supertune: {describe(view)}", flush=True)
     setup_logging()
     try:
-        refuse_invisible_gpus()  # in each process of a job: its node's GPUs and PyTorch build, not the submitter's
+        refuse_unusable_gpus()  # in each process of a job: its node's GPUs and PyTorch build, not the submitter's
         run_training(load_run_dir_config(run.config), run)
     except UserError as exc:
         print(f"supertune: error: {exc}", file=sys.stderr)
