@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config.yaml_file import read_yaml_mapping
+from ..config.yaml_file import read_config_file
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, write_json_atomic
 from .sweep import SWEEP_FILE, read_sweep
@@ -104,7 +104,7 @@ def load_runs(paths: list[str]) -> tuple[list[RunResult], str | None, str]:
 def _load(path: Path, devices: int | None = None, nodes: int | None = None) -> RunResult:
     run = RunDir(Path(path).expanduser().absolute())
     summary = run.read_summary(f"RUN_DIR {run.path}")
-    config = read_yaml_mapping(run.config, "run config", "sections (model:, data:, training:, ...)") if run.config.exists() else {}
+    config = read_config_file(run.config) if run.config.exists() else {}
     if summary is not None:
         devices, nodes = int(summary.get("world_size", devices or 1)), int(summary.get("nodes", nodes or 1))
     return RunResult(run, summary, config or {}, devices or 1, nodes or 1)
