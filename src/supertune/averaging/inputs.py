@@ -114,8 +114,9 @@ def resolve_input(arg: str | Path) -> ModelInput:
 def _run(text: str, path: Path) -> ModelInput:
     run = RunDir(path)
     model_weights = _weights_file(run.model) if run.model.is_dir() else None
-    if model_weights and run.summary.is_file():
-        tokens, samples = _run_counts(run)
+    summary = run.read_summary(f"MODEL {run.path}") if model_weights else None
+    if summary is not None:
+        tokens, samples = _run_counts(run, summary)
         return _make(text, run.model, "run directory (its model/)", tokens, samples)
     if model_weights:
         raise UserError(
@@ -149,10 +150,11 @@ def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | 
     """(description, tokens, samples) of a model directory that is not a checkpoint or a run."""
     parent = run_of_model(path)
     if parent is not None:
-        if not parent.summary.is_file():
+        summary = parent.read_summary(f"MODEL {parent.path}")
+        if summary is None:
             missing = (None, f"its run {path.parent} has no summary.json (unfinished); give a checkpoint of the run instead")
             return "model directory of a run", missing, missing
-        tokens, samples = _run_counts(parent)
+        tokens, samples = _run_counts(parent, summary)
         return "model directory of a run", tokens, samples
     if (path / AVERAGE_MANIFEST).is_file():
         try:
@@ -171,11 +173,8 @@ def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | 
     return "model directory", bare, bare
 
 
-def _run_counts(run: RunDir) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+def _run_counts(run: RunDir, summary: dict[str, Any]) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
     """Tokens from the run's summary.json; samples from its checkpoint at the final step (the summary has none)."""
-    summary = run.read_summary(f"MODEL {run.path}")
-    if summary is None:
-        raise UserError(f"MODEL {run.path}: the run has no summary.json (it has not finished); give a checkpoint of it instead")
     tokens_value = summary.get("train_tokens")
     tokens = (int(tokens_value), "run summary.json train_tokens") if isinstance(tokens_value, int) else (None, "run summary.json has no train_tokens")
     step = summary.get("train_steps")
