@@ -72,7 +72,7 @@ def make_inputs(root: Path, count: int) -> list[Path]:
     """The input models, made in a child process so that this one stays small (its peak memory is inherited by what it spawns)."""
     code = (
         "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
-        "from average.inputs import make_models\nfrom supertune.defaults import default_tokenizer\n"
+        "from average.inputs import make_models\nfrom supertune.embedded import default_tokenizer\n"
         "print('\\n'.join(str(p) for p in make_models(Path(sys.argv[2]), int(sys.argv[3]), default_tokenizer())))"
     )
     out = subprocess.run([sys.executable, "-c", code, str(BENCH), str(root / "inputs"), str(count)], capture_output=True, text=True, check=True)

@@ -132,7 +132,7 @@ def interleaved_steps(p: Prepared, s: BenchSettings, pairs: int) -> dict[str, ob
     import torch
     from transformers import default_data_collator
 
-    from supertune.data.pipeline import build_training_data
+    from supertune.training_data.pipeline import build_training_data
     from supertune.modeling.model import build_model
     from supertune.modeling.tokenizer import load_tokenizer
     from supertune.resolve import resolve_run_config

@@ -65,7 +65,7 @@ def make_inputs(data_dir: Path, work: Path, repeat: int, vocab: int) -> tuple[Pa
     heldout.write_text("\n".join(text.splitlines()[:HELDOUT_LINES]) + "\n", encoding="utf-8")
     tokenizer = work / f"tokenizer-v{vocab}"
     if not (tokenizer / "tokenizer.json").is_file():
-        from supertune.defaults import train_tokenizer
+        from supertune.embedded import train_tokenizer
 
         train_tokenizer([x for x in text.splitlines() if x.strip()], tokenizer, vocab_size=vocab)
     return train, heldout, tokenizer

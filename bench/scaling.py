@@ -131,8 +131,8 @@ def slurm_sweep(overrides: list[str], work: Path, env: dict[str, str], args: arg
 
 def main() -> int:
     args = parse_args()
-    from supertune.defaults.corpus import default_corpus
-    from supertune.defaults.tokenizer import default_tokenizer
+    from supertune.embedded.corpus import default_corpus
+    from supertune.embedded.tokenizer import default_tokenizer
 
     default_corpus()  # built and cached once, before any clock starts
     default_tokenizer()

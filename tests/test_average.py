@@ -15,7 +15,7 @@ from average_models import dtypes, make_checkpoint, save_adapter, save_model, te
 
 from supertune.cli.main import main
 from supertune.averaging import AVERAGE_MANIFEST, ServerStep, average_checkpoints, read_average_manifest
-from supertune.averaging.dtypes import narrow
+from supertune.weight_files.dtypes import narrow
 
 
 def average(*argv: str) -> int:

@@ -282,8 +282,8 @@ def test_a_long_line_is_tokenized_in_pieces_with_the_same_ids(tmp_path):
     script = """
 import resource, sys
 from transformers import AutoTokenizer
-from supertune.data.documents import encode_texts
-from supertune.defaults import default_tokenizer
+from supertune.documents.encoding import encode_texts
+from supertune.embedded import default_tokenizer
 tok = AutoTokenizer.from_pretrained(str(default_tokenizer()))
 words = "The river ran past twelve old mills, and the fox said: 1234! ".split()
 text = " ".join(words[i % len(words)] for i in range(1_400_000))
@@ -307,8 +307,8 @@ print(len(text), grew // 1024, list(ids[: len(whole)]) == whole)
 def test_pieces_join_to_the_ids_of_the_whole_document():
     from transformers import AutoTokenizer
 
-    from supertune.data import documents
-    from supertune.defaults import default_tokenizer
+    from supertune.documents import encoding as documents
+    from supertune.embedded import default_tokenizer
 
     tok = AutoTokenizer.from_pretrained(str(default_tokenizer()))
     text = " ".join(f"word{i % 97} ,  and\tthen {i}" for i in range(60_000))  # over two pieces of 256 Ki characters

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from supertune.resolve import resolve_run_config
-from supertune.data.batches import IGNORE_INDEX, PadCollator
-from supertune.data.documents import render_texts
-from supertune.data.pipeline import build_training_data
-from supertune.data.sources import load_raw_splits
+from supertune.training_data.batches import IGNORE_INDEX, PadCollator
+from supertune.documents.encoding import render_texts
+from supertune.training_data.pipeline import build_training_data
+from supertune.documents.sources import load_raw_splits
 from supertune.errors import UserError
 
 DOCS = [f"Document number {i} talks about the river and the town of Alder." * (1 + i % 4) for i in range(60)]
@@ -21,7 +21,7 @@ DOCS = [f"Document number {i} talks about the river and the town of Alder." * (1
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
     assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
@@ -164,7 +164,7 @@ def _ordinary_ids(tok, texts):
 
 def test_encoding_in_threads_gives_the_tokenizers_own_ids_in_order(tokenizer, monkeypatch):
     """Batches finish out of order on several threads; every batch must come back with its own ids, in order."""
-    from supertune.data.encode_threads import encode_in_threads
+    from supertune.documents.encode_threads import encode_in_threads
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     texts = [d + f" caf\u00e9 {'x' * (i % 7)} \u2028 {i}" for i, d in enumerate(DOCS * 5)]
@@ -183,7 +183,7 @@ def test_a_tokenizer_that_rewrites_text_in_python_is_called_as_itself(tokenizer)
     """Only a tokenizer whose backend alone gives its ids is encoded on the backend; others keep their own call."""
     from transformers import PreTrainedTokenizerFast
 
-    from supertune.data.encode_threads import encode_in_threads
+    from supertune.documents.encode_threads import encode_in_threads
 
     class Shouting(PreTrainedTokenizerFast):
         def __call__(self, text, *args, **kwargs):

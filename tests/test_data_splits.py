@@ -11,7 +11,7 @@ import pytest
 
 from supertune.cli.main import main
 from supertune.config.schema import DataConfig
-from supertune.data.sources import load_raw_splits
+from supertune.documents.sources import load_raw_splits
 from supertune.errors import UserError
 
 
@@ -101,7 +101,7 @@ def test_the_token_store_reads_the_same_splits(with_test, tmp_path):
     assert validation_sources and all("test" in name for name in validation_sources), validation_sources
     from transformers import AutoTokenizer
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
     assert [tok.decode(store.train.document(i)[:-1].tolist()) for i in range(3)] == list(raw.train["text"][:3])

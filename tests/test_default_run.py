@@ -94,7 +94,7 @@ RELOAD = textwrap.dedent(
 
 
 def test_saved_model_reloads_with_plain_transformers_and_same_eval_loss(default_run):
-    from supertune.defaults import default_corpus
+    from supertune.embedded import default_corpus
 
     run_dir, _ = default_run
     proc = subprocess.run(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supertune.defaults import (
+from supertune.embedded import (
     DefaultCorpus,
     cached_tokenizer,
     default_corpus,
@@ -22,7 +22,7 @@ from supertune.defaults import (
     train_tokenizer,
     unigram_perplexity,
 )
-from supertune.defaults.corpus import publish_dir
+from supertune.embedded.corpus import publish_dir
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ _RACER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from supertune.defaults import default_corpus, default_tokenizer
+    from supertune.embedded import default_corpus, default_tokenizer
     gate = Path(sys.argv[1])
     deadline = time.monotonic() + 30
     while not gate.exists() and time.monotonic() < deadline:

@@ -1,7 +1,12 @@
-"""No import circle inside the package: every `import` and `from ... import` of supertune's own
-modules (at the top of a file or inside a function) is an edge, and the graph has no cycle. A circle
-means two modules each need the other to be understood, and it is how the run config and the
-cluster profiles once came to re-apply a profile to a resolved config."""
+"""The house's import rules. Every `import` and `from ... import` of supertune's own modules (at the
+top of a file or inside a function) is an edge.
+
+- No circle: a circle means two modules each need the other to be understood, and it is how the run
+  config and the cluster profiles once came to re-apply a profile to a resolved config.
+- Every import runs down: the packages stand in floors (LAYERS, top first, as docs/architecture.md
+  draws them), and a module imports only its own package and packages on lower floors. Packages on
+  one floor do not import each other. A new package gets a floor here before it lands.
+"""
 
 from __future__ import annotations
 
@@ -74,6 +79,39 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# Top floor first. A root module (supertune/errors.py) is its own "package", named by its module.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("federation", "sweeps"),
+    ("runs",),
+    ("train",),
+    ("evaluation", "telemetry"),
+    ("resolve",),
+    ("slurm", "training_data", "container"),
+    ("doctor", "store", "averaging"),
+    ("distributed", "modeling"),
+    ("documents", "clusters"),
+    ("config",),
+    ("launch", "embedded", "hub", "checkpoints", "weight_files"),
+    ("rundir", "subprocesses", "durable_files", "file_table", "file_formats", "byte_sizes", "exit_codes", "paths"),
+    ("errors", "supertune"),
+)
+
+# Imports that run up on purpose (a plug-in point), each with the reason; none today.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+
+
+def _package(module: str) -> str:
+    """The room a module belongs to: supertune.train.run -> train; supertune.errors -> errors."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "supertune"
+
+
+def _floor() -> dict[str, int]:
+    return {package: i for i, floor in enumerate(LAYERS) for package in floor}
+
+
 def test_the_walk_sees_the_package():
     graph = _imports()
     assert len(graph) > 100
@@ -91,3 +129,41 @@ def test_the_run_config_knows_nothing_of_cluster_profiles():
     assert config
     for module in config:
         assert not any(t.startswith(("supertune.clusters", "supertune.resolve")) for t in graph[module]), module
+
+
+def test_every_package_has_a_floor():
+    floor = _floor()
+    assert len(floor) == sum(len(f) for f in LAYERS), "a package stands on two floors"
+    missing = sorted({_package(m) for m in _imports()} - set(floor))
+    assert missing == [], f"packages without a floor in LAYERS: {missing}; give each one in tests/test_import_graph.py and docs/architecture.md"
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    floor = _floor()
+    upward = []
+    for module, targets in sorted(graph.items()):
+        here = _package(module)
+        for target in sorted(targets):
+            there = _package(target)
+            if there == here or (here, there) in ALLOWED_UPWARD:
+                continue
+            if floor[there] <= floor[here]:
+                upward.append(f"{module} -> {target} ({here} on floor {floor[here]}, {there} on floor {floor[there]})")
+    return upward
+
+
+def test_every_import_runs_down():
+    upward = _upward(_imports())
+    assert upward == [], "imports that do not run down:\n" + "\n".join(upward)
+
+
+def test_the_layer_rule_can_fail():
+    """An import up a floor and one across a floor are both reported; one down is not."""
+    graph = {
+        "supertune.config.schema": {"supertune.cli.main", "supertune.errors"},
+        "supertune.store.writer": {"supertune.doctor.probe"},
+    }
+    assert _upward(graph) == [
+        "supertune.config.schema -> supertune.cli.main (config on floor 11, cli on floor 1)",
+        "supertune.store.writer -> supertune.doctor.probe (store on floor 8, doctor on floor 8)",
+    ]

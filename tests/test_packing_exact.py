@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from supertune.data.document_bins import IGNORE_INDEX, DocumentBins, best_fit_decreasing, plan_documents
+from supertune.training_data.document_bins import IGNORE_INDEX, DocumentBins, best_fit_decreasing, plan_documents
 from supertune.errors import UserError
 from supertune.modeling import packed_attention
 from supertune.modeling.packed_attention import VERIFIED_MODEL_TYPES, keep_packed_rows_apart, varlen_arguments

@@ -144,7 +144,7 @@ def test_from_a_store_the_losses_are_those_from_the_files(in_memory, files, tmp_
 
 
 def test_streaming_trains_and_reads_the_same_rows_every_time(files, tmp_path):
-    from supertune.data.pipeline import build_training_data
+    from supertune.training_data.pipeline import build_training_data
     from supertune.modeling.tokenizer import load_tokenizer
     from supertune.resolve import resolve_run_config
 
@@ -170,7 +170,7 @@ def test_document_mask_without_packing_is_refused(files, tmp_path, capsys):
 
 def _tokenizer_override() -> str:
     """The model directories below hold a config alone: the tokenizer comes from elsewhere (validation refuses a model directory without one)."""
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     return f"model.tokenizer={default_tokenizer()}"
 

@@ -67,8 +67,8 @@ def _job_log(run_dir: Path, job_id: int) -> str:
 @pytest.fixture(scope="module")
 def runs(slurm_single: SlurmCluster, slurm_multi: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """Keys: "local", and "<launcher>-1x2" / "<launcher>-2x1" for the jobs."""
-    from supertune.defaults.corpus import default_corpus
-    from supertune.defaults.tokenizer import default_tokenizer
+    from supertune.embedded.corpus import default_corpus
+    from supertune.embedded.tokenizer import default_tokenizer
 
     root = tmp_path_factory.mktemp("launchers")
     config_dir = root / "config"

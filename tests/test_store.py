@@ -36,7 +36,7 @@ def _prepare(out: Path, *overrides: str, shard_tokens: int = 1000) -> int:
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     return AutoTokenizer.from_pretrained(default_tokenizer())
 
@@ -211,7 +211,7 @@ def test_eval_with_data_files_reads_the_files_not_the_store(tmp_path, capsys):
     import json as _json
 
     from supertune.cli.main import main
-    from supertune.defaults import generate_documents
+    from supertune.embedded import generate_documents
 
     store = tmp_path / "store"
     assert main(["prepare", "--out", str(store)]) == 0

@@ -46,7 +46,7 @@ def hub_dataset(tmp_path_factory) -> dict[str, list[str]]:
 def test_a_cached_hub_dataset_is_a_prepare_source(hub_dataset, tmp_path):
     from transformers import AutoTokenizer
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
     from supertune.store.reader import open_store
 
     out = tmp_path / "store"
@@ -95,7 +95,7 @@ def test_an_offline_bundle_needs_neither_the_model_directory_nor_the_tokenizer(t
     builds the same model with the model directory gone."""
     from transformers import AutoTokenizer, LlamaConfig
 
-    from supertune.defaults import default_model_config, default_tokenizer
+    from supertune.embedded import default_model_config, default_tokenizer
 
     model_dir = tmp_path / "base-model"
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
@@ -126,7 +126,7 @@ def test_store_check_size_skips_hashing_and_still_catches_truncation(tmp_path):
     from transformers import AutoTokenizer
 
     from supertune.resolve import resolve_run_config
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
     from supertune.errors import UserError
     from supertune.store.reader import open_store_for_run
 
@@ -152,7 +152,7 @@ def test_text_files_are_read_as_the_datasets_text_builder_reads_them(tmp_path):
     """supertune reads uncompressed .txt files itself; the rows must be exactly those of datasets' text builder."""
     import datasets
 
-    from supertune.data.sources import _load_files
+    from supertune.documents.sources import _load_files
 
     cases = {
         "crlf.txt": "first\r\nsecond\r\n\r\nthird",
@@ -175,7 +175,7 @@ def test_text_files_are_read_as_the_datasets_text_builder_reads_them(tmp_path):
 
 
 def test_a_text_file_that_is_not_utf8_is_named_in_one_line(tmp_path):
-    from supertune.data.sources import _load_files
+    from supertune.documents.sources import _load_files
     from supertune.errors import UserError
 
     bad = tmp_path / "latin1.txt"

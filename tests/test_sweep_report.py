@@ -92,8 +92,8 @@ def _assert_png_has_a_plot(path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_plots_open_and_their_axes_hold_data(local_sweep):
-    from supertune.telemetry.plots import figure_losses, figure_per_device, figure_speedup
-    from supertune.telemetry.report import load_runs, scaling_rows
+    from supertune.sweeps.plots import figure_losses, figure_per_device, figure_speedup
+    from supertune.sweeps.report import load_runs, scaling_rows
 
     sweep_dir, _, _ = local_sweep
     names = sorted(p.name for p in (sweep_dir / "report").glob("*.png"))
@@ -113,8 +113,8 @@ def test_the_plots_open_and_their_axes_hold_data(local_sweep):
 
 @pytest.mark.slow
 def test_one_run_gets_its_loss_learning_rate_and_throughput_curves(local_sweep, tmp_path):
-    from supertune.telemetry.plots import figure_run_curves, figure_run_throughput
-    from supertune.telemetry.report import load_runs
+    from supertune.sweeps.plots import figure_run_curves, figure_run_throughput
+    from supertune.sweeps.report import load_runs
 
     sweep_dir, _, _ = local_sweep
     run_dir = sweep_dir / "devices-2"
@@ -166,7 +166,7 @@ def test_impossible_scales_are_refused_at_once_with_the_numbers(tmp_path):
 
 def test_the_batch_split_keeps_the_global_batch_and_the_memory_cap():
     from supertune.errors import UserError
-    from supertune.telemetry.scales import plan_scales, split_batch
+    from supertune.sweeps.scales import plan_scales, split_batch
 
     # 8 per device x 4 accumulation at 1 device: 32 sequences per step at every scale, never more than 8 per pass.
     scales = plan_scales([1, 2, 4, 8, 16, 32], None, 8, 4, "global-batch")
@@ -185,8 +185,8 @@ def test_a_run_killed_while_writing_and_a_damaged_summary(local_sweep, tmp_path)
     that is not a JSON object is one line naming the file, not a traceback."""
     import shutil
 
-    from supertune.telemetry.plots import figure_run_curves
-    from supertune.telemetry.report import load_runs
+    from supertune.sweeps.plots import figure_run_curves
+    from supertune.sweeps.report import load_runs
 
     sweep_dir, _, _ = local_sweep
     run_dir = tmp_path / "killed"

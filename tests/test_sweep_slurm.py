@@ -17,8 +17,8 @@ QUICK = [
 
 
 def test_a_sweep_over_one_and_two_nodes(slurm_multi: SlurmCluster, tmp_path: Path) -> None:
-    from supertune.defaults.corpus import default_corpus
-    from supertune.defaults.tokenizer import default_tokenizer
+    from supertune.embedded.corpus import default_corpus
+    from supertune.embedded.tokenizer import default_tokenizer
 
     default_corpus()  # the jobs find the cached corpus and tokenizer instead of both building them
     default_tokenizer()

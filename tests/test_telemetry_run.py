@@ -97,7 +97,7 @@ def test_tensorboard_gets_the_same_figures(checkpointed):
 
 
 def test_padded_batches_count_only_real_tokens(tmp_path):
-    from supertune.defaults import generate_documents
+    from supertune.embedded import generate_documents
 
     data = tmp_path / "train.jsonl"
     docs = [" ".join(d.split()[: 5 + 7 * (i % 6)]) for i, d in enumerate(generate_documents(7, 300))]  # 5 to 40 words

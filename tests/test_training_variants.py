@@ -17,7 +17,7 @@ QUICK = ["training.max_steps=4", "training.logging_steps=1", "training.save_stra
 
 @pytest.fixture(scope="module")
 def jsonl(tmp_path_factory):
-    from supertune.defaults import generate_documents
+    from supertune.embedded import generate_documents
 
     path = tmp_path_factory.mktemp("data") / "train.jsonl"
     path.write_text("".join(json.dumps({"text": d, "topic": "stories"}) + "\n" for d in generate_documents(7, 300)))

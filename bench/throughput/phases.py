@@ -93,7 +93,7 @@ def supertune_phases(marks: Marks, argv: list[str]) -> None:
     from transformers import Trainer  # noqa: F401
 
     import supertune.cli.main as cli
-    import supertune.data.pipeline as pipeline
+    import supertune.training_data.pipeline as pipeline
     import supertune.train.run as run
 
     marks.add("imports (supertune CLI, torch, transformers Trainer, datasets)")

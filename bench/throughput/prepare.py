@@ -58,7 +58,7 @@ def prepare(data_dir: Path, work_dir: Path, settings: BenchSettings) -> Prepared
 
     tokenizer_dir = work_dir / f"tokenizer-{digest[:12]}-v{settings.tokenizer_vocab_size}"
     if not (tokenizer_dir / "tokenizer.json").is_file():
-        from supertune.defaults import train_tokenizer
+        from supertune.embedded import train_tokenizer
 
         # The same byte-level BPE trainer `model.tokenizer: train` uses, on the same documents.
         train_tokenizer(documents, tokenizer_dir, vocab_size=settings.tokenizer_vocab_size)
@@ -87,7 +87,7 @@ def _write_model_config(tokenizer_dir: Path, out_dir: Path) -> None:
     """
     from transformers import AutoTokenizer, LlamaConfig
 
-    from supertune.defaults.model import default_model_config
+    from supertune.embedded.model import default_model_config
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     kwargs = default_model_config(

@@ -14,7 +14,7 @@ from replay import documents
 @pytest.fixture(scope="session")
 def text_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """run_clm-style local files: train.txt and validation.txt, one document per line."""
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     default_tokenizer()  # built once here, before jobs on several nodes would all build it at once
     root = tmp_path_factory.mktemp("text-files")

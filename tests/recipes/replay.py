@@ -100,7 +100,7 @@ def write_yaml(path: Path, data: dict[str, Any]) -> Path:
 
 def documents(n: int, split: str = "train") -> list[str]:
     """The first n documents of the embedded corpus's train or validation file (English-like, learnable)."""
-    from supertune.defaults import default_corpus
+    from supertune.embedded import default_corpus
 
     corpus = default_corpus()
     out = []

@@ -28,7 +28,7 @@ TUTORIAL = "docs/tutorials/two-site-llama-federated.md"
 def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster, tmp_path: Path, repo: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
     from supertune.federation.default import site_corpus
 
     tokenizer_dir = tmp_path / "llama-tokenizer"  # the recipe's separate tokenizer path

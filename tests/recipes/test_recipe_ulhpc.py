@@ -31,7 +31,7 @@ def _opt_model(directory: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
 
-    from supertune.defaults import default_tokenizer
+    from supertune.embedded import default_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(default_tokenizer())
     torch.manual_seed(0)

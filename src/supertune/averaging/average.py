@@ -20,15 +20,15 @@ from pathlib import Path
 
 from ..checkpoints.faults import fault_point
 from ..errors import UserError
-from ..file_hashes import sha256_file
+from ..file_table import sha256_file, size_and_sha256
 from .checks import joined_problems
-from .dtypes import OUTPUT_DTYPES, OutputDtype
+from ..weight_files.dtypes import OUTPUT_DTYPES, OutputDtype
 from .inputs import ADAPTER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG, TOKENIZER_FILES, ModelInput, resolve_input
 from .job import AverageJob, checked_job
 from .manifest import AverageManifest, write_average_manifest
 from .output import StagingDir, copy_side_files, write_index
 from .server_step import MOMENTUM_FILE, ServerStep
-from .shard_writer import ShardWriter
+from ..weight_files.shard_writer import ShardWriter
 from .streamer import TensorStreamer, WriterThread
 
 __all__ = ["average_checkpoints", "DEFAULT_MAX_SHARD_BYTES"]
@@ -103,11 +103,11 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
                 momentum_record = {"path": str(momentum_target or job.out / MOMENTUM_FILE), **digest}
             if job.kind != "adapter":
                 name = write_index(staging.path, weight_map, sum(t.nbytes for t in job.planned))
-                files[name] = _digest(staging.path / name)
+                files[name] = size_and_sha256(staging.path / name)
             side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + ([ADAPTER_CONFIG] if job.kind == "adapter" else [])
             tokenizer_source = next((m for m in job.inputs if any(f in m.side_files for f in TOKENIZER_FILES)), job.reference)
             for name in copy_side_files(tokenizer_source, staging.path, side, OUTPUT_DTYPES[job.dtype], config_source=job.reference):
-                files[name] = _digest(staging.path / name)
+                files[name] = size_and_sha256(staging.path / name)
             manifest = _manifest(job, files, _verified_hashes(job, hashes), momentum_record)
             manifest.seconds = round(time.monotonic() - started, 3)
             write_average_manifest(staging.path, manifest)
@@ -153,10 +153,6 @@ def _usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
-def _digest(path: Path) -> dict:
-    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
-
-
 def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, str]:
     """Every input file's sha256; a checkpoint or saved model whose files differ from its manifest is refused."""
     digests = {path: future.result() for path, future in hashes.items()}
@@ -177,7 +173,7 @@ def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, 
 
 def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], momentum: dict | None) -> AverageManifest:
     def record(inp: ModelInput) -> dict:
-        return {str(p.relative_to(inp.directory)): {"size": p.stat().st_size, "sha256": digests[p]} for p in inp.files}
+        return {str(p.relative_to(inp.directory)): size_and_sha256(p, digests[p]) for p in inp.files}
 
     inputs = [
         {

@@ -24,7 +24,7 @@ from ..checkpoints.layout import CheckpointDir
 from ..checkpoints.manifest import AVERAGE_MANIFEST, MANIFEST_FILE, MODEL_MANIFEST_FILE, CheckpointManifest, model_manifest_size_problems, read_manifest
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
-from .tensor_files import INDEX_SUFFIX, WeightFiles
+from ..weight_files.tensor_files import INDEX_SUFFIX, WeightFiles
 
 __all__ = ["ModelInput", "resolve_input", "ADAPTER_CONFIG", "AVERAGE_MANIFEST", "MODEL_CONFIG", "GENERATION_CONFIG", "TOKENIZER_FILES"]
 

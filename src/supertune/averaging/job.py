@@ -9,12 +9,12 @@ from pathlib import Path
 
 from ..errors import UserError
 from .checks import check_inputs, check_output_path, joined_problems, tokenizer_sha256
-from .dtypes import AVERAGED, OUTPUT_DTYPES
+from ..weight_files.dtypes import AVERAGED, OUTPUT_DTYPES
 from .inputs import ModelInput, resolve_input
 from .lora_merge import MergePlan, merge_plan
 from .output import free_bytes
 from .server_step import ServerState, ServerStep
-from .shard_writer import PlannedTensor, plan_shards, shard_file_names
+from ..weight_files.shard_writer import PlannedTensor, plan_shards, shard_file_names
 from .weights import InputWeights, input_weights
 
 __all__ = ["AverageJob", "checked_job"]

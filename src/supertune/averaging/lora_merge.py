@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import widen_into
+from ..weight_files.dtypes import widen_into
 from .inputs import ADAPTER_CONFIG, ModelInput
 
 __all__ = ["MergePlan", "merge_plan"]

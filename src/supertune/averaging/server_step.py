@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .dtypes import widen_into
+from ..weight_files.dtypes import widen_into
 from .inputs import ModelInput, resolve_input
-from .shard_writer import PlannedTensor, ShardWriter
-from .tensor_files import WeightFiles
+from ..weight_files.shard_writer import PlannedTensor, ShardWriter
+from ..weight_files.tensor_files import WeightFiles
 
 __all__ = ["MOMENTUM_FILE", "ServerStep", "ServerState"]
 

@@ -17,9 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ..errors import UserError
-from .dtypes import accumulator_dtype, narrow, widen_into
+from ..weight_files.dtypes import accumulator_dtype, narrow, widen_into
 from .job import AverageJob
-from .shard_writer import PlannedTensor, ShardWriter
+from ..weight_files.shard_writer import PlannedTensor, ShardWriter
 
 __all__ = ["CHUNK_ELEMENTS", "TensorStreamer", "WriterThread"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import first_line
-from ..file_hashes import sha256_files
+from ..file_table import file_table, table_problems
 
 __all__ = [
     "MANIFEST_FILE",
@@ -71,14 +71,8 @@ class CheckpointManifest:
 
 
 def file_digests(root: Path, manifest_name: str = MANIFEST_FILE) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of every file under `root` (the manifest itself excluded).
-
-    Hashing reads the whole checkpoint once more (about 1 s per GB and thread); the files are
-    hashed in parallel threads, since hashlib releases the GIL on large buffers.
-    """
-    paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != manifest_name)
-    digests = sha256_files(paths)
-    return {str(p.relative_to(root)): {"size": p.stat().st_size, "sha256": d} for p, d in zip(paths, digests)}
+    """The file table of a checkpoint or saved model: every file under `root` but its manifest."""
+    return file_table(root, leave_out=(manifest_name,))
 
 
 def write_manifest(root: Path, manifest: CheckpointManifest) -> None:
@@ -111,24 +105,7 @@ def read_manifest(root: Path) -> CheckpointManifest:
 def check_files(root: Path, manifest: CheckpointManifest) -> list[str]:
     """What is wrong with the files of a checkpoint against its manifest (empty: nothing): sizes
     first, then sha256 (reads everything)."""
-    return _check_table(root, manifest.files, hashes=True)
-
-
-def _check_table(root: Path, files: dict[str, dict[str, Any]], hashes: bool) -> list[str]:
-    problems = []
-    for rel, expected in sorted(files.items()):
-        path = root / rel
-        if not path.is_file():
-            problems.append(f"{rel}: missing")
-            continue
-        size = path.stat().st_size
-        if size != expected["size"]:
-            problems.append(f"{rel}: {size} bytes, manifest says {expected['size']}")
-    if problems or not hashes:
-        return problems
-    names = sorted(files)
-    digests = sha256_files([root / rel for rel in names])
-    return [f"{rel}: sha256 differs from the manifest" for rel, d in zip(names, digests) if d != files[rel]["sha256"]]
+    return table_problems(root, manifest.files, hashes=True)
 
 
 def write_model_manifest(root: Path) -> None:
@@ -168,7 +145,7 @@ def model_manifest_size_problems(root: Path) -> list[str]:
         found = _model_table(root)
     except ValueError as exc:
         return [str(exc)]
-    return [] if found is None else [f"{p} ({found[0]})" for p in _check_table(Path(root), found[1], hashes=False)]
+    return [] if found is None else [f"{p} ({found[0]})" for p in table_problems(Path(root), found[1], hashes=False)]
 
 
 def verify_model_files(root: Path, mode: str = "auto") -> tuple[list[str], str]:
@@ -188,5 +165,5 @@ def verify_model_files(root: Path, mode: str = "auto") -> tuple[list[str], str]:
     name, files = found
     total = sum(int(v["size"]) for v in files.values())
     hashes = mode == "sha256" or (mode == "auto" and total <= AUTO_SHA256_BYTES)
-    problems = [f"{p} ({name})" for p in _check_table(Path(root), files, hashes)]
+    problems = [f"{p} ({name})" for p in table_problems(Path(root), files, hashes)]
     return problems, f"{len(files)} files, {total / 1e6:.1f} MB, {'sha256' if hashes else 'sizes only'} against {name}"

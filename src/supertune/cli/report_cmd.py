@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..telemetry.report import write_report
+    from ..sweeps.report import write_report
 
     folder, table = write_report(args.paths, args.out)
     sys.stdout.write(table)

@@ -29,7 +29,7 @@ def epilog() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..launch.launchers import launcher_names
-    from ..telemetry.scales import KEEP_CHOICES
+    from ..sweeps.scales import KEEP_CHOICES
 
     add_run_config_arguments(p)
     where = p.add_mutually_exclusive_group(required=True)
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
-    from ..telemetry import sweep as sweeps
+    from ..sweeps import sweep as sweeps
 
     if args.gpus and not args.cluster:
         raise UserError("--gpus submits SLURM jobs: give the cluster with --cluster NAME (or --nproc for local processes)")

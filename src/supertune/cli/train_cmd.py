@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.signals import REQUEUE_EXIT_CODE, clear_stop_files, install_signal_handlers, request_stop
+    from ..exit_codes import REQUEUE_EXIT_CODE
+    from ..train.signals import clear_stop_files, install_signal_handlers, request_stop
 
     # Before the heavy imports: SIGUSR1's default action would end this process. A signal becomes
     # the run's stop-request file too (once the run dir is known), which torchrun workers read.
@@ -109,7 +110,7 @@ def _check_start_model(cfg: Any) -> None:
     """The weights a run starts from, against their manifest (sha256 up to 4 GiB, sizes above), before
     a run directory exists: a damaged model is refused without leaving a run behind. Validation
     compared sizes already; loading the model checks again only in other processes."""
-    from ..modeling.model_files import check_saved_model
+    from ..checkpoints.model_files import check_saved_model
 
     m = cfg.model
     if m.name_or_path and not m.from_config:

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from typing import Any
 
-from ..data.formats import expand_files
+from ..file_formats import expand_files
 from .build import build_config
 from .schema import RunConfig
 from .validate import validate

@@ -12,10 +12,9 @@ import os
 import string
 
 from ..byte_sizes import byte_size_problem, parse_byte_size
-from ..data.formats import FORMATS, expand_files, file_format
+from ..file_formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
-from .model_fit import model_fit_problems
 from .ranges import range_problems, seed_problems
 from .schema import DataConfig, FsdpConfig, GenerateConfig, ModelConfig, RunConfig
 
@@ -39,7 +38,7 @@ def config_problems(cfg: RunConfig) -> list[str]:
     _check_launch(cfg, problems)
     _check_slurm(cfg, problems)
     problems += range_problems(cfg)
-    return problems + (model_fit_problems(cfg) if not problems else [])  # reads config.json: only for a config sound so far
+    return problems
 
 
 def _positive(problems: list[str], field: str, value: float | None, fix: str = "", allow_none: bool = True) -> None:
@@ -125,7 +124,6 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
     from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
     if not from_bundle and m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
         p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
-    _check_model_files(m, from_bundle, p)
     if m.bundle is not None and m.tokenizer is not None:
         p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
     if m.lora.enabled and not m.lora.target_modules:
@@ -135,27 +133,6 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
             "model.dtype: fp16 weights with training.bf16 mixed precision do not mix; to train in bf16 and save the "
             "model in fp16, set model.dtype=fp32 (or bf16) and output.dtype=fp16"
         )
-
-
-def _check_model_files(m: ModelConfig, from_bundle: bool, p: list[str]) -> None:
-    """A local model or tokenizer directory's files, read as far as their headers (modeling.model_files):
-    a damaged one is refused here, before a run directory exists, rather than by a loader's traceback."""
-    from ..modeling.model_files import NO_TOKENIZER, has_tokenizer_files, model_dir_problems
-
-    model_dir = os.path.expanduser(m.name_or_path) if m.name_or_path and not from_bundle else None
-    saved = ("config.json", "adapter_config.json")  # a model, or LoRA adapters that name their base
-    if model_dir and os.path.isdir(model_dir) and not any(os.path.isfile(os.path.join(model_dir, f)) for f in saved):
-        p.append(f"model.name_or_path: {m.name_or_path!r} holds no config.json, so it is not a saved model; give the directory a model was saved to")
-    elif model_dir and os.path.isdir(model_dir):
-        damage = model_dir_problems(model_dir, weights=not m.from_config)
-        if damage:
-            more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
-            p.append(f"model.name_or_path: {m.name_or_path!r} is damaged: {damage[0]}{more}; save or copy the model again")
-        if m.tokenizer is None and m.bundle is None and not has_tokenizer_files(model_dir):
-            p.append(f"model.name_or_path: {m.name_or_path!r} {NO_TOKENIZER}; set model.tokenizer to the directory of the tokenizer its weights were trained with")
-    tokenizer_dir = os.path.expanduser(m.tokenizer) if m.tokenizer not in (None, "train") else None
-    if tokenizer_dir and os.path.isdir(tokenizer_dir) and not has_tokenizer_files(tokenizer_dir):
-        p.append(f"model.tokenizer: {m.tokenizer!r} {NO_TOKENIZER}; give the directory a tokenizer was saved to (tokenizer.json)")
 
 
 def _looks_local(ref: str) -> bool:

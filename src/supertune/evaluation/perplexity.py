@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ..config.schema import RunConfig
-from ..data.pipeline import build_eval_dataset
+from ..training_data.pipeline import build_eval_dataset
 from ..errors import UserError
 
 __all__ = ["load_saved_model", "evaluate_saved_model"]
@@ -24,7 +24,7 @@ def load_saved_model(model_dir: str, verify: str = "auto") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..modeling.load_errors import model_load_errors
-    from ..modeling.model_files import check_saved_model
+    from ..checkpoints.model_files import check_saved_model
     from ..modeling.tokenizer import token_id_limit, tokenizer_problem
 
     if not os.path.isdir(model_dir):

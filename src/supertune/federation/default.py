@@ -26,7 +26,7 @@ STEPS_PER_ROUND = 30
 
 def site_corpus(name: str) -> tuple[Path, Path]:
     """(train, validation) JSON-lines files of a default site, built once."""
-    from ..defaults.corpus import generate_documents, publish_dir
+    from ..embedded.corpus import generate_documents, publish_dir
 
     target = cache_dir() / "federation-v1" / name
     train, validation = target / "train.jsonl", target / "validation.jsonl"

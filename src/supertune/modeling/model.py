@@ -6,9 +6,9 @@ from typing import Any
 
 from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError, first_line
-from .hub import resolve_reference
+from ..hub import resolve_reference
 from .lora import add_lora
-from .model_files import check_saved_model, model_config_problems
+from ..checkpoints.model_files import check_saved_model, model_config_problems
 from .tokenizer import token_id_limit
 from .packed_attention import keep_packed_rows_apart, packed_rows_problem
 
@@ -85,7 +85,7 @@ def _model_source(m: ModelConfig) -> tuple[str, dict[str, Any]]:
     """Where name_or_path's config (and weights) are read from, with the loading options: a model
     built from its config with model.bundle reads the config the store's offline bundle saved."""
     if m.bundle and m.from_config:
-        from ..store.bundle import bundle_model_config
+        from .bundle import bundle_model_config
 
         return bundle_model_config(m.bundle), {"local_files_only": True, "trust_remote_code": m.trust_remote_code}
     r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
@@ -101,7 +101,7 @@ def context_length(model: Any) -> int:
 def _default_config(tokenizer: Any, overrides: dict[str, Any]) -> Any:
     from transformers import LlamaConfig
 
-    from ..defaults import default_model_config
+    from ..embedded import default_model_config
 
     kwargs = default_model_config(
         vocab_size=len(tokenizer),
@@ -140,7 +140,7 @@ def config_override_problems(m: ModelConfig) -> list[str]:
         return [problem]
     values = config.to_dict()
     if m.name_or_path is None:
-        from ..defaults import default_model_config
+        from ..embedded import default_model_config
 
         values.update(default_model_config(vocab_size=1, bos_token_id=0, eos_token_id=0, pad_token_id=0))
     return [f"model.config_overrides: {p}" for p in model_config_problems({**values, **m.config_overrides})]

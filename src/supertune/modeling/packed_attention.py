@@ -1,6 +1,6 @@
 """What the model must do with document-masked rows (data.document_mask), checked on every forward that carries them.
 
-Such a row (supertune.data.document_bins) comes with position ids that restart at 0 for each
+Such a row (supertune.training_data.document_bins) comes with position ids that restart at 0 for each
 document and without an attention mask. transformers 5 turns the restarts into a block-diagonal
 causal mask for SDPA and eager attention, but three things make a model attend across the
 documents without a word:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..errors import UserError, first_line
-from .hub import resolve_reference
+from ..hub import resolve_reference
 
 __all__ = ["load_tokenizer", "token_id_limit", "tokenizer_problem", "tokenizer_source"]
 
@@ -17,7 +17,7 @@ def tokenizer_source(cfg: RunConfig) -> tuple[str, bool]:
     """(reference, local_files_only) of the tokenizer this config asks for, building it if needed."""
     m = cfg.model
     if m.bundle:
-        from ..store.bundle import bundle_tokenizer
+        from .bundle import bundle_tokenizer
 
         return bundle_tokenizer(m.bundle), True
     if m.tokenizer == "train":
@@ -28,7 +28,7 @@ def tokenizer_source(cfg: RunConfig) -> tuple[str, bool]:
     if m.name_or_path:
         r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
         return r.ref, r.local_files_only
-    from ..defaults import default_tokenizer
+    from ..embedded import default_tokenizer
 
     return str(default_tokenizer()), True
 
@@ -81,9 +81,9 @@ def tokenizer_problem(tok: Any) -> str | None:
 
 def _trained_on_data(cfg: RunConfig) -> Path:
     """A byte-level BPE trained on the configured training documents, cached by their content hash."""
-    from ..data.documents import iter_texts
-    from ..data.sources import load_raw_splits, training_files
-    from ..defaults import cached_tokenizer
+    from ..documents.encoding import iter_texts
+    from ..documents.sources import load_raw_splits, training_files
+    from ..embedded import cached_tokenizer
 
     d = cfg.data
     digest = hashlib.sha256()

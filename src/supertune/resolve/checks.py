@@ -1,5 +1,6 @@
-"""Checks of a run config that need more than the config: the cluster profile it runs on, the model's
-own config, DeepSpeed's config classes. Each problem is one line naming the key and the fix.
+"""Checks of a run config that need more than the config: the cluster profile it runs on, the files
+of a local model or tokenizer, the model's own config, DeepSpeed's config classes. Each problem is one
+line naming the key and the fix.
 
 They run after the config's own validation passed (a config with a wrong type is not worth
 importing DeepSpeed for), in every command that creates a run and in every training process.
@@ -7,10 +8,12 @@ importing DeepSpeed for), in every command that creates a run and in every train
 
 from __future__ import annotations
 
+import os
+
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
 
-__all__ = ["site_problems", "bundle_problems", "deep_problems"]
+__all__ = ["site_problems", "model_file_problems", "bundle_problems", "deep_problems"]
 
 
 def site_problems(cfg: RunConfig, profile: ClusterProfile | None) -> list[str]:
@@ -29,9 +32,34 @@ def site_problems(cfg: RunConfig, profile: ClusterProfile | None) -> list[str]:
     return problems
 
 
+def model_file_problems(cfg: RunConfig) -> list[str]:
+    """A local model or tokenizer directory's files, read as far as their headers
+    (checkpoints.model_files): a damaged one is refused before a run directory exists, rather than by
+    a loader's traceback. A directory that does not exist is the config's own check."""
+    from ..checkpoints.model_files import NO_TOKENIZER, has_tokenizer_files, model_dir_problems
+
+    m, p = cfg.model, []
+    from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
+    model_dir = os.path.expanduser(m.name_or_path) if m.name_or_path and not from_bundle else None
+    saved = ("config.json", "adapter_config.json")  # a model, or LoRA adapters that name their base
+    if model_dir and os.path.isdir(model_dir) and not any(os.path.isfile(os.path.join(model_dir, f)) for f in saved):
+        p.append(f"model.name_or_path: {m.name_or_path!r} holds no config.json, so it is not a saved model; give the directory a model was saved to")
+    elif model_dir and os.path.isdir(model_dir):
+        damage = model_dir_problems(model_dir, weights=not m.from_config)
+        if damage:
+            more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+            p.append(f"model.name_or_path: {m.name_or_path!r} is damaged: {damage[0]}{more}; save or copy the model again")
+        if m.tokenizer is None and m.bundle is None and not has_tokenizer_files(model_dir):
+            p.append(f"model.name_or_path: {m.name_or_path!r} {NO_TOKENIZER}; set model.tokenizer to the directory of the tokenizer its weights were trained with")
+    tokenizer_dir = os.path.expanduser(m.tokenizer) if m.tokenizer not in (None, "train") else None
+    if tokenizer_dir and os.path.isdir(tokenizer_dir) and not has_tokenizer_files(tokenizer_dir):
+        p.append(f"model.tokenizer: {m.tokenizer!r} {NO_TOKENIZER}; give the directory a tokenizer was saved to (tokenizer.json)")
+    return p
+
+
 def bundle_problems(cfg: RunConfig) -> list[str]:
     """model.bundle names a store with the offline bundle this run needs (a look at its files)."""
-    from ..store.bundle import bundle_problem
+    from ..modeling.bundle import bundle_problem
 
     m = cfg.model
     if m.bundle is None:

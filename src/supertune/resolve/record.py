@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..file_hashes import sha256_file
+from ..file_table import sha256_file
 from ..rundir import RunDir, write_json_atomic
 from .resolve import Resolution
 

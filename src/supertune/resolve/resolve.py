@@ -25,9 +25,10 @@ from ..config.schema import RunConfig
 from ..config.validate import config_problems
 from ..config.yaml_file import read_config_file
 from ..errors import UserError
-from .checks import bundle_problems, deep_problems, site_problems
+from .checks import bundle_problems, deep_problems, model_file_problems, site_problems
 from .global_batch import planned_world_size, with_global_batch
 from .layers import Layer, merge_layers, origins
+from .model_fit import model_fit_problems
 
 __all__ = ["Resolution", "resolve", "resolve_run_config", "load_run_dir_config", "COMMAND_LINE"]
 
@@ -102,9 +103,12 @@ def load_run_dir_config(path: str | os.PathLike[str]) -> RunConfig:
 
 
 def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) -> None:
-    """Every check, all problems in one ConfigError: the config's own, the site's, then (for a config
-    sound so far, since they may import transformers or DeepSpeed) the model's and the strategy's."""
-    problems += config_problems(cfg) + site_problems(cfg, profile) + bundle_problems(cfg)
+    """Every check, all problems in one ConfigError: the config's own, its model files' and whether the
+    data fits the model, the site's, then (for a config sound so far, since they may import
+    transformers or DeepSpeed) the model's and the strategy's."""
+    own = config_problems(cfg) + model_file_problems(cfg)
+    own += model_fit_problems(cfg) if not own else []  # reads the model's config.json: only for a config sound so far
+    problems += own + site_problems(cfg, profile) + bundle_problems(cfg)
     if not problems:
         problems += deep_problems(cfg)
     if problems:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ..clusters.schema import ClusterProfile
 from ..config.job_values import env_name_problem
+from ..exit_codes import REQUEUE_EXIT_CODE
 from ..launch.environment import PORT_BASE, PORT_SPAN
 from ..launch.launchers import HOSTFILE, get_launcher
 from ..rundir import STOP_REQUEST_FILE, STOPPED_FILE, SUMMARY_FILE, RunDir
-from ..train.signals import REQUEUE_EXIT_CODE
 from .job import JobSpec
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 

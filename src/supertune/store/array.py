@@ -95,7 +95,7 @@ def finished_parts(work: Path, parts: int) -> list[int]:
 
 def run_part(work: Path, index: int) -> None:
     """Tokenize part `index` of the plan in `work`, unless it is finished already."""
-    from ..data.sources import load_raw_splits
+    from ..documents.sources import load_raw_splits
     from ..modeling.tokenizer import load_tokenizer
 
     plan = _read_plan(work)
@@ -210,8 +210,8 @@ def _load_config(work: Path) -> RunConfig:
 
 
 def _source_stats(cfg: RunConfig) -> list[list[Any]]:
-    from ..data.formats import expand_files
-    from ..data.sources import training_files, validation_files
+    from ..file_formats import expand_files
+    from ..documents.sources import training_files, validation_files
 
     d = cfg.data
     if d.dataset_name:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..file_table import FileEntry
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST",
-    "FileEntry",
     "Manifest",
     "ShardEntry",
     "SourceFile",
@@ -33,16 +33,6 @@ FORMAT = "supertune-token-store"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation")
-
-
-@dataclass
-class FileEntry:
-    """A file of the store, relative to the store directory."""
-
-    file: str
-    size: int
-    """Bytes."""
-    sha256: str
 
 
 @dataclass

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from ..config.schema import DataConfig
-from ..data.formats import expand_files
+from ..file_formats import expand_files
 from ..errors import UserError
-from ..file_hashes import sha256_file
+from ..file_table import sha256_file
 from .manifest import SourceFile
 
 __all__ = ["hash_sources", "source_paths"]
@@ -18,7 +18,7 @@ def source_paths(d: DataConfig) -> dict[str, list[str]]:
     """Per split, the files the documents are read from (a hub dataset: its cached Arrow files)."""
     if d.dataset_name:
         return _hub_paths(d)
-    from ..data.sources import training_files, validation_files
+    from ..documents.sources import training_files, validation_files
 
     return {"train": expand_files(training_files(d)), "validation": expand_files(validation_files(d))}
 
@@ -38,7 +38,7 @@ def _source(path: str) -> SourceFile:
 def _hub_paths(d: DataConfig) -> dict[str, list[str]]:
     """A cached hub dataset is its Arrow files in the datasets cache, per split (loading it again
     here costs nothing: the cache is memory-mapped)."""
-    from ..data.sources import load_hub_dataset, validation_split_name
+    from ..documents.sources import load_hub_dataset, validation_split_name
 
     loaded = load_hub_dataset(d)
     chosen = validation_split_name(d, list(loaded))  # data.validation_split: the split training evaluates on

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import UserError
-from ..file_hashes import sha256_files
+from ..file_table import sha256_files
 from .manifest import Manifest, read_manifest, tokenizer_fingerprint
 
 __all__ = ["check_store", "check_matches"]

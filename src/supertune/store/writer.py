@@ -23,15 +23,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..config.schema import RunConfig
-from ..data.documents import iter_row_batches, render_texts
-from ..data.encode_threads import encode_in_threads
-from ..data.sample_checks import check_rows
+from ..documents.encoding import iter_row_batches, render_texts
+from ..documents.encode_threads import encode_in_threads
+from ..documents.sample_checks import check_rows
 from ..errors import UserError
+from ..file_table import FileEntry
 from ..modeling.tokenizer import token_id_limit
 from .manifest import (
     FORMAT,
     FORMAT_VERSION,
-    FileEntry,
     Manifest,
     ShardEntry,
     SourceFile,
@@ -123,7 +123,7 @@ def prepare_store(
     cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False, bundle: bool = False
 ) -> Manifest:
     """Tokenize cfg's data into a store at `out` in this process; returns its manifest."""
-    from ..data.sources import load_raw_splits
+    from ..documents.sources import load_raw_splits
 
     check_target(out, force)
     plan = StorePlan.of(cfg, tokenizer, bundle)
@@ -185,8 +185,8 @@ class StorePlan:
 
     def manifest(self, tmp: Path, cfg: RunConfig, tokenizer: Any, splits: dict[str, SplitEntry], counts: dict[str, np.ndarray]) -> Manifest:
         """Check the splits, write the bundle (when asked) and the manifest into `tmp`."""
-        from ..defaults.baseline import unigram_perplexity_from_counts
-        from .bundle import write_bundle
+        from ..embedded.baseline import unigram_perplexity_from_counts
+        from ..modeling.bundle import write_bundle
 
         d = cfg.data
         if not splits["train"].tokens:
@@ -226,7 +226,7 @@ def write_store(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
 
 
 def tokenize_rows(rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.ndarray, np.ndarray], None], name: str) -> np.ndarray:
-    """Render and tokenize rows in batches on every core (data/encode_threads.py), giving each batch's
+    """Render and tokenize rows in batches on every core (documents/encode_threads.py), giving each batch's
     documents to `sink` in order as (concatenated ids, lengths); returns the unigram counts of the split."""
     # The libraries loaded so far (transformers, torch, datasets: about 250,000 objects) stay out of
     # every later full garbage collection; the batches' lists trigger one, which cost 0.13 s of a

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..averaging.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_dtype, narrow, widen_into
-from ..averaging.shard_writer import PlannedTensor, ShardWriter
-from ..averaging.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
+from ..weight_files.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_dtype, narrow, widen_into
+from ..weight_files.shard_writer import PlannedTensor, ShardWriter
+from ..weight_files.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
 from ..errors import UserError
 from ..rundir import write_json_atomic
 

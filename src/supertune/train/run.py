@@ -9,7 +9,7 @@ from typing import Any
 
 from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
-from ..data.pipeline import build_training_data
+from ..training_data.pipeline import build_training_data
 from ..distributed.strategy import prepare_process, shards_parameters
 from ..evaluation.generate import generate_text
 from ..evaluation.loss import token_mean_loss

@@ -12,16 +12,12 @@ from typing import Any
 from ..rundir import RunDir
 
 __all__ = [
-    "REQUEUE_EXIT_CODE",
     "STOP_SIGNALS",
     "install_signal_handlers",
     "received_signal",
     "clear_stop_files",
     "request_stop",
 ]
-
-REQUEUE_EXIT_CODE = 75
-"""Exit code of `supertune train` after such a stop (EX_TEMPFAIL): run it again to resume."""
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 _received: str | None = None

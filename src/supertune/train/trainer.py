@@ -8,7 +8,7 @@ from typing import Any
 
 from ..checkpoints.layout import CheckpointDir
 from ..config.schema import RunConfig
-from ..data.pipeline import TrainingData
+from ..training_data.pipeline import TrainingData
 from ..distributed.guard import StrategyGuard
 from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment

@@ -5,7 +5,7 @@ from its config.
 Sequences longer than the model's positions and LoRA ranks above its width fail only once the model
 is built (an index error at the first batch, a device-side assert on a GPU, an allocation of
 r x width per layer); here they are one line before a run directory exists. A hub id is not read:
-the same checks run again on the built model (supertune.data.pipeline, supertune.modeling.lora).
+the same checks run again on the built model (supertune.training_data.pipeline, supertune.modeling.lora).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from .schema import RunConfig
+from ..config.schema import RunConfig
 
 __all__ = ["model_fit_problems"]
 
@@ -48,8 +48,8 @@ def _model_values(cfg: RunConfig) -> dict[str, Any] | None:
     if m.bundle is not None:
         return None  # the bundle's config is checked with the store's manifest when it is opened
     if m.name_or_path is None:
-        # The embedded tiny Llama: its sizes are plain numbers (supertune.defaults.model imports nothing).
-        from ..defaults.model import default_model_config
+        # The embedded tiny Llama: its sizes are plain numbers (supertune.embedded.model imports nothing).
+        from ..embedded.model import default_model_config
 
         return {**default_model_config(vocab_size=0, bos_token_id=0, eos_token_id=0, pad_token_id=0), **m.config_overrides}
     path = os.path.join(os.path.expanduser(m.name_or_path), "config.json")

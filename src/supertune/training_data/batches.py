@@ -3,7 +3,7 @@
 Packing concatenates documents (EOS between them) into one int32 array and serves fixed blocks as
 views of it: no per-block Python lists and no arrow cache writes, which is what makes the first
 step come quickly. Padding keeps one array per document and pads in the collator. Packing with
-data.document_mask places whole documents into blocks instead (supertune.data.document_bins).
+data.document_mask places whole documents into blocks instead (supertune.training_data.document_bins).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 from ..config.schema import DataConfig
 from ..errors import UserError
 from .document_bins import IGNORE_INDEX, DocumentPlan, stream_rows
-from .documents import encode_texts, iter_row_batches, render_texts
-from .encode_threads import encode_in_threads
-from .sample_checks import check_encoded, check_rows
+from ..documents.encoding import encode_texts, iter_row_batches, render_texts
+from ..documents.encode_threads import encode_in_threads
+from ..documents.sample_checks import check_encoded, check_rows
 
 __all__ = [
     "DocumentMaskedStream",
@@ -54,8 +54,8 @@ class TokenizedSplit:
 
 
 def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str = "training") -> TokenizedSplit:
-    """Render and tokenize a map-style split in batches, on every core (data/encode_threads.py); the
-    first batch is checked for garbage (data/sample_checks.py) before the rest is read."""
+    """Render and tokenize a map-style split in batches, on every core (documents/encode_threads.py); the
+    first batch is checked for garbage (documents/sample_checks.py) before the rest is read."""
     docs: list[np.ndarray] = []
     batches = ((len(texts), texts) for texts in _rendered(iter_row_batches(dataset), d, split))
     for i, (texts, flat, lengths) in enumerate(encode_in_threads(batches, tokenizer, d.add_eos)):

@@ -11,7 +11,7 @@ read from the run's summary.json:
                  same in every run, weak when the per-device batch is
     MFU          mfu: model FLOPs per second per device over the device's peak (n/a on CPU)
 
-Plots (telemetry.plots) go next to report.md. Nothing here imports torch.
+Plots (sweeps.plots) go next to report.md. Nothing here imports torch.
 """
 
 from __future__ import annotations

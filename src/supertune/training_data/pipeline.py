@@ -21,7 +21,7 @@ from .batches import (
     tokenize_split,
 )
 from .document_bins import DocumentBins
-from .sources import RawSplits, load_raw_splits, load_validation_rows
+from ..documents.sources import RawSplits, load_raw_splits, load_validation_rows
 
 __all__ = ["TrainingData", "build_training_data", "build_eval_dataset"]
 
@@ -183,7 +183,7 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
 
 
 def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int) -> float:
-    from ..defaults import unigram_perplexity
+    from ..embedded import unigram_perplexity
 
     return unigram_perplexity(train.docs, validation.docs, vocab_size)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config.schema import DataConfig
 from ..errors import UserError, first_line
-from .formats import file_format
+from ..file_formats import file_format
 
 __all__ = [
     "RawSplits",
@@ -46,7 +46,7 @@ def training_files(d: DataConfig) -> list[str]:
         return list(d.train_files)
     if d.dataset_name:
         return []
-    from ..defaults import default_corpus
+    from ..embedded import default_corpus
 
     return [str(default_corpus().train)]
 
@@ -55,7 +55,7 @@ def validation_files(d: DataConfig) -> list[str]:
     """The validation files, with the embedded corpus's own standing in when no data is configured."""
     if d.validation_files or d.train_files or d.dataset_name:
         return list(d.validation_files)
-    from ..defaults import default_corpus
+    from ..embedded import default_corpus
 
     return [str(default_corpus().validation)]
 
@@ -255,7 +255,7 @@ def load_hub_dataset(d: DataConfig) -> Any:
     import datasets
     from huggingface_hub import constants
 
-    from ..modeling.hub import reachable
+    from ..hub import reachable
 
     offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE") == "1"
     # A local dataset directory is read without the hub (datasets does not ask it), so only a hub

@@ -95,7 +95,7 @@ def model_dir_problems(directory: str | Path, weights: bool = True) -> list[str]
 
 
 def _weight_problems(root: Path) -> list[str]:
-    from ..checkpoints.manifest import model_manifest_size_problems
+    from .manifest import model_manifest_size_problems
 
     problems = model_manifest_size_problems(root)
     if problems:
@@ -176,7 +176,7 @@ def check_saved_model(directory: str, label: str, verify: str, tokenizer: bool) 
     supertune.checkpoints.manifest.VERIFY_MODES); returns what was verified, for the log. A hub id
     or a cache entry is left to its loader. Every process that loads the model checks it: sha256
     costs about 1 s per GB and core, read from the page cache after the first process."""
-    from ..checkpoints.manifest import verify_model_files
+    from .manifest import verify_model_files
 
     if not os.path.isdir(directory):
         return "not a local directory"
@@ -200,7 +200,7 @@ def check_saved_model(directory: str, label: str, verify: str, tokenizer: bool) 
 
 def _manifest_stamp(directory: str) -> tuple[str, int] | None:
     """The directory and the time of the manifest it is verified against (whichever it has), or None."""
-    from ..checkpoints.manifest import MODEL_MANIFEST_NAMES
+    from .manifest import MODEL_MANIFEST_NAMES
 
     for name in MODEL_MANIFEST_NAMES:
         try:

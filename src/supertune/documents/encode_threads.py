@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .documents import batch_ids, encode_flat, flatten_ids, plain_backend
+from .encoding import batch_ids, encode_flat, flatten_ids, plain_backend
 
 __all__ = ["encode_in_threads", "usable_cores"]
 

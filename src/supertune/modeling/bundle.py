@@ -14,8 +14,7 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..errors import UserError, first_line
-from ..file_hashes import sha256_file
-from .manifest import FileEntry
+from ..file_table import FileEntry
 
 __all__ = ["BUNDLE", "bundle_problem", "bundle_tokenizer", "bundle_model_config", "write_bundle"]
 
@@ -31,7 +30,7 @@ def write_bundle(directory: Path, cfg: RunConfig, tokenizer: Any) -> list[FileEn
     if m.name_or_path is not None:
         from transformers import AutoConfig
 
-        from ..modeling.hub import resolve_reference
+        from ..hub import resolve_reference
 
         r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
         try:
@@ -42,7 +41,7 @@ def write_bundle(directory: Path, cfg: RunConfig, tokenizer: Any) -> list[FileEn
             raise UserError(f"model.name_or_path: cannot read the config of {r.ref!r} for the bundle: {first_line(exc)}") from None
         config.save_pretrained(directory / MODEL_DIR)
     files = sorted(p for p in (directory / BUNDLE).rglob("*") if p.is_file())
-    return [FileEntry(p.relative_to(directory).as_posix(), p.stat().st_size, sha256_file(p)) for p in files]
+    return [FileEntry.of(directory, p) for p in files]
 
 
 def bundle_problem(store: str, model_config: bool) -> str | None:

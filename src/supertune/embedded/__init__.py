@@ -1,6 +1,6 @@
 """The embedded default that works offline: a synthetic corpus, its tokenizer, a tiny Llama.
 
-Names are imported from their modules when first used, so that `supertune.defaults.model` (plain
+Names are imported from their modules when first used, so that `supertune.embedded.model` (plain
 numbers, read by config validation on a login node) does not bring in numpy and tokenizers.
 """
 

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from ..errors import UserError
+from .errors import UserError
 
 __all__ = ["Resolved", "reachable", "resolve_reference"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from supertune.defaults.corpus import CORPUS_VERSION, default_corpus, publish_dir
+from supertune.embedded.corpus import CORPUS_VERSION, default_corpus, publish_dir
 from supertune.paths import cache_dir
 
 __all__ = ["BOS_TOKEN", "EOS_TOKEN", "PAD_TOKEN", "UNK_TOKEN", "cached_tokenizer",
