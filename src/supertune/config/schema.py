@@ -1,7 +1,7 @@
 """The run config schema: one typed dataclass per section.
 
 Every field has a default that works as-is and a docstring under it; those docstrings are what
-`supertune train --help` and `supertune config docs` print (see `supertune.config.docs`). YAML is
+`supertune train --help` and `supertune config keys` print (see `supertune.config.docs`). YAML is
 only data: it is turned into these classes by `supertune.config.build`, which checks every type.
 """
 
