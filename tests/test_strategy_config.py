@@ -152,63 +152,36 @@ def test_fp16_on_an_accelerator_without_it_is_refused(capsys):
     assert code == 2 and "training.fp16: DeepSpeed's cpu accelerator does not support fp16" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only without GPUs")
-def test_fsdp_without_gpus_is_refused_before_anything_starts(capsys):
+def test_fsdp_checkpoints_are_refused_before_anything_starts(capsys):
+    """Checkpoints of an FSDP run are not written yet: one line at validation, on CPU as on GPUs."""
     code = main(["config", "show", "distributed.strategy=fsdp"])
     err = capsys.readouterr().err
-    assert code == 2 and "distributed.strategy: fsdp needs GPUs" in err and "zero3" in err
+    assert code == 2 and "training.save_strategy: checkpoints are not written under distributed.strategy=fsdp" in err
+    assert main(["config", "show", "distributed.strategy=fsdp", "training.save_strategy=no"]) == 0
 
 
-# --- FSDP settings (what a GPU run would get) and the guard ----------------------------------------
-
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=2))
-
-
-@pytest.mark.parametrize("sharding,reshard", [("full", True), ("shard_grad_op", False), ("hybrid", True), ("hybrid_zero2", False)])
-def test_fsdp_settings_reach_accelerate(sharding, reshard):
-    from accelerate.utils import FullyShardedDataParallelPlugin
-    from transformers import TrainingArguments
-
-    from supertune.distributed.fsdp import fsdp_arguments
-    from supertune.launch.environment import LaunchEnvironment
-
-    cfg = _cfg("fsdp")
-    cfg.distributed.fsdp.sharding = sharding
-    cfg.distributed.fsdp.cpu_offload = True
-    two_nodes = LaunchEnvironment(rank=0, world_size=8, local_world_size=4, num_nodes=2)
-    kwargs = fsdp_arguments(cfg, _tiny_llama(), two_nodes)
-    if sharding.startswith("hybrid"):
-        pc = kwargs.pop("parallelism_config")
-        assert (pc.dp_replicate_size, pc.dp_shard_size) == (2, 4)  # replicated across nodes, sharded within
-    else:
-        assert "parallelism_config" not in kwargs
-    args = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[], **kwargs)
-    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
-    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is reshard
-    assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]  # one unit per decoder layer
-    assert "FULL_STATE_DICT" in str(plugin.state_dict_type) and plugin.cpu_offload
-
+# --- FSDP: what is refused before sharding, and the guard ------------------------------------------
 
 def test_hybrid_with_one_process_per_node_is_refused():
-    from supertune.distributed.fsdp import fsdp_arguments
+    from supertune.distributed.fsdp import fsdp_mesh
     from supertune.launch.environment import LaunchEnvironment
 
     cfg = _cfg("fsdp")
     cfg.distributed.fsdp.sharding = "hybrid"
     with pytest.raises(UserError, match="distributed.fsdp.sharding: hybrid shards within a node"):
-        fsdp_arguments(cfg, _tiny_llama(), LaunchEnvironment(world_size=2, local_world_size=1, num_nodes=2))
+        fsdp_mesh(cfg, LaunchEnvironment(world_size=2, local_world_size=1, num_nodes=2))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only without GPUs")
-def test_a_process_without_gpus_refuses_fsdp():
-    from supertune.distributed.fsdp import refuse_fsdp_without_gpu
+def test_fsdp_in_one_process_is_refused():
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    with pytest.raises(UserError, match="distributed.strategy: fsdp needs GPUs"):
-        refuse_fsdp_without_gpu()
+    from supertune.distributed.fsdp import shard_model
+    from supertune.launch.environment import LaunchEnvironment
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    with pytest.raises(UserError, match="distributed.strategy: fsdp shards the model over processes and this run has one"):
+        shard_model(model, _cfg("fsdp"), LaunchEnvironment(world_size=1))
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3", "ddp"])

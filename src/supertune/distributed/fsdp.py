@@ -1,19 +1,24 @@
-"""FSDP settings for the Trainer: torch FSDP2 (`fully_shard`) through accelerate, on GPUs only.
+"""FSDP: supertune shards the model itself with torch FSDP2 (`fully_shard`) on a device mesh.
+
+The same code runs on CPU (gloo) and on GPUs (NCCL); only the mesh's device type differs. accelerate
+is not asked to build FSDP: it does so only for accelerator devices and trains plain DDP elsewhere.
+The sharded model is marked `is_distributed_loading_by_transformers`, the Trainer's contract for a
+model that already owns its placement and gradient reduction: the Trainer then neither wraps it in
+DDP nor shards it again, and FSDP2's reduce-scatter averages the gradients (as DDP's all-reduce).
 
 Sharding maps onto FSDP2 like this:
-- full: parameters, gradients and optimizer state sharded over all processes; parameters are
-  re-gathered for the backward pass (reshard_after_forward=True);
+- full: parameters, gradients and optimizer state sharded over the `dp_shard` mesh dimension;
+  parameters re-gathered for the backward pass (reshard_after_forward=True);
 - shard_grad_op: the same, but parameters stay gathered between forward and backward
   (reshard_after_forward=False): one all-gather per step saved for a full copy held during it,
   like ZeRO-2;
-- hybrid / hybrid_zero2: full / shard_grad_op within a node, replicated across nodes (accelerate's
-  ParallelismConfig with dp_replicate_size = nodes, dp_shard_size = processes per node), so the
-  sharding traffic stays on the fast intra-node links.
+- hybrid / hybrid_zero2: full / shard_grad_op within a node, replicated across nodes: a 2-D mesh
+  (`dp_replicate` = nodes, `dp_shard` = processes per node), so the sharding traffic stays on the
+  intra-node links; on one node the same as full / shard_grad_op.
 auto_wrap makes every decoder layer (the model's _no_split_modules, e.g. LlamaDecoderLayer) its own
 unit, so only one layer is gathered at a time; without it the whole model is one unit.
-
-Not on CPU: accelerate builds FSDP only for accelerator devices and silently trains plain DDP
-otherwise (checked in checks.py before launch, and in guard.py after the Trainer's setup).
+cpu_offload keeps the sharded parameters, gradients and optimizer state in CPU memory (FSDP2
+CPUOffloadPolicy); the optimizer step then runs on the CPU.
 """
 
 from __future__ import annotations
@@ -23,19 +28,9 @@ from typing import Any
 from ..config.schema import RunConfig
 from ..errors import UserError
 from ..launch.environment import LaunchEnvironment
+from .process_group import join_group
 
-__all__ = ["fsdp_arguments", "decoder_layer_classes", "refuse_fsdp_without_gpu"]
-
-
-def refuse_fsdp_without_gpu() -> None:
-    """Stop before any work when FSDP is asked on a machine without CUDA (the launch may not come through `supertune train`)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UserError(
-            "distributed.strategy: fsdp needs GPUs and this process sees none (the Trainer would silently run plain DDP); "
-            "use distributed.strategy=zero3 to shard on CPU, or ddp"
-        )
+__all__ = ["decoder_layer_classes", "fsdp_mesh", "shard_model", "mesh_shape"]
 
 
 def decoder_layer_classes(model: Any) -> list[str]:
@@ -50,29 +45,76 @@ def decoder_layer_classes(model: Any) -> list[str]:
     return names
 
 
-def fsdp_arguments(cfg: RunConfig, model: Any, env: LaunchEnvironment) -> dict[str, Any]:
-    """TrainingArguments keywords for distributed.strategy fsdp."""
-    f = cfg.distributed.fsdp
-    fsdp_config: dict[str, Any] = {
-        "version": 2,
-        "reshard_after_forward": f.sharding in ("full", "hybrid"),
-        "cpu_offload": f.cpu_offload,
-        # The final model is saved from one full state dict gathered on rank 0 (see final_model).
-        "state_dict_type": "FULL_STATE_DICT",
-    }
-    if f.auto_wrap:
-        fsdp_config["auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
-        fsdp_config["transformer_layer_cls_to_wrap"] = decoder_layer_classes(model)
-    else:
-        fsdp_config["auto_wrap_policy"] = "NO_WRAP"
-    kwargs: dict[str, Any] = {"fsdp": True, "fsdp_config": fsdp_config}
-    if f.sharding.startswith("hybrid") and env.num_nodes > 1:
+def fsdp_mesh(cfg: RunConfig, env: LaunchEnvironment) -> Any:
+    """The device mesh the model is sharded on: ("dp_shard",) of all processes, or for hybrid sharding
+    over several nodes ("dp_replicate", "dp_shard") = (nodes, processes per node)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    sharding = cfg.distributed.fsdp.sharding
+    if sharding.startswith("hybrid") and env.num_nodes > 1:
         if env.local_world_size < 2:
             raise UserError(
-                f"distributed.fsdp.sharding: {f.sharding} shards within a node, and each node runs one process; "
-                "use sharding=full, or several GPUs per node"
+                f"distributed.fsdp.sharding: {sharding} shards within a node, and each node runs one process; "
+                "use sharding=full, or several processes per node"
             )
-        from accelerate.parallelism_config import ParallelismConfig
+        if env.num_nodes * env.local_world_size != env.world_size:
+            raise UserError(
+                f"distributed.fsdp.sharding: {sharding} needs the same number of processes on every node "
+                f"({env.world_size} processes over {env.num_nodes} nodes of {env.local_world_size}); use sharding=full"
+            )
+        return init_device_mesh(device_type, (env.num_nodes, env.local_world_size), mesh_dim_names=("dp_replicate", "dp_shard"))
+    return init_device_mesh(device_type, (env.world_size,), mesh_dim_names=("dp_shard",))
 
-        kwargs["parallelism_config"] = ParallelismConfig(dp_replicate_size=env.num_nodes, dp_shard_size=env.local_world_size)
-    return kwargs
+
+def shard_model(model: Any, cfg: RunConfig, env: LaunchEnvironment) -> Any:
+    """Shard `model` in place with fully_shard (decoder layers first when auto_wrap, then the root) and
+    hand it to the Trainer as a model that owns its placement and gradient reduction.
+
+    Costs: each process builds the whole model once in CPU memory before it is sharded (as under
+    ZeRO-3 without zero.Init); after this call it holds 1/dp_shard of the parameters.
+    """
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard, register_fsdp_forward_method
+
+    if not env.distributed:
+        raise UserError("distributed.strategy: fsdp shards the model over processes and this run has one; use --nproc 2 or more, or ddp")
+    join_group(cfg.training.ddp_timeout)
+    f = cfg.distributed.fsdp
+    mesh = fsdp_mesh(cfg, env)
+    kwargs: dict[str, Any] = {
+        "mesh": mesh,
+        "reshard_after_forward": f.sharding in ("full", "hybrid"),
+        # Pinned host memory needs an accelerator; on CPU there is nothing to pin.
+        "offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if f.cpu_offload else OffloadPolicy(),
+    }
+    if f.auto_wrap:
+        names = set(decoder_layer_classes(model))
+        layers = [m for m in model.modules() if type(m).__name__ in names]
+        if not layers:
+            raise UserError(
+                f"distributed.fsdp.auto_wrap: no module of the model is a {', '.join(sorted(names))}; set distributed.fsdp.auto_wrap=false"
+            )
+        for layer in layers:
+            fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    # generate() reads the parameters outside forward(): gather them around it as around forward.
+    if hasattr(model, "generate"):
+        register_fsdp_forward_method(model, "generate")
+    # The flag transformers' own load-time sharding sets (read through the property
+    # `is_distributed_loading_by_transformers`, also through a PEFT wrapper): the Trainer then
+    # neither wraps the model in DDP nor prepares it for FSDP again. A transformers that stops
+    # reading it would wrap the model in DDP, which the guard refuses.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base._is_distributed_loading_by_transformers = True
+    return model
+
+
+def mesh_shape(model: Any) -> dict[str, int]:
+    """The mesh the model's parameters are sharded on, dimension name -> size ({} when none is a DTensor)."""
+    for p in model.parameters():
+        mesh = getattr(p, "device_mesh", None)
+        if mesh is not None:
+            return dict(zip(mesh.mesh_dim_names or (), mesh.shape))
+    return {}

@@ -16,7 +16,7 @@ from ..config.schema import RunConfig
 from ..errors import UserError
 from .deepspeed_json import ZERO_STAGES
 
-__all__ = ["StrategyGuard", "check_wrapped", "held_fraction"]
+__all__ = ["StrategyGuard", "check_wrapped", "check_fsdp", "held_fraction"]
 
 
 class StrategyGuard(TrainerCallback):
@@ -32,6 +32,8 @@ class StrategyGuard(TrainerCallback):
         t = self.trainer
         d = self.cfg.distributed
         self.report = check_wrapped(d.strategy, t.model_wrapped, t.model, t.accelerator.num_processes, self.world_size, d.offload)
+        if d.strategy == "fsdp":
+            self.report.update(check_fsdp(t.model, d.fsdp.auto_wrap, self.world_size))
 
 
 def check_wrapped(
@@ -60,7 +62,7 @@ def check_wrapped(
     elif strategy == "fsdp":
         from torch.distributed.fsdp import FSDPModule
 
-        if not isinstance(getattr(model, "_orig_mod", model), FSDPModule):
+        if not isinstance(getattr(model, "_orig_mod", model), FSDPModule) or not isinstance(wrapped, FSDPModule):
             _refuse(strategy, f"the model is wrapped as {found}, not by FSDP")
     elif world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -69,6 +71,32 @@ def check_wrapped(
             _refuse(strategy, f"the model is wrapped as {found}, not DistributedDataParallel")
     report["held_fraction"] = held_fraction(strategy, wrapped, model)
     return report
+
+
+def check_fsdp(model: Any, auto_wrap: bool, world_size: int) -> dict[str, Any]:
+    """FSDP beyond the root: the mesh covers every process, every decoder layer is its own unit when
+    auto_wrap, and every parameter is a DTensor on that mesh. Returns the mesh and the unit count."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    from .fsdp import decoder_layer_classes, mesh_shape
+
+    mesh = mesh_shape(model)
+    size = 1
+    for n in mesh.values():
+        size *= n
+    if size != world_size:
+        _refuse("fsdp", f"the parameters are sharded on a mesh {mesh or 'of none'} of {size} process(es), not {world_size}")
+    plain = [name for name, p in model.named_parameters() if not isinstance(p, DTensor)]
+    if plain:
+        _refuse("fsdp", f"{len(plain)} parameter(s) are not sharded (e.g. {plain[0]})")
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if auto_wrap:
+        names = set(decoder_layer_classes(model))
+        unwrapped = [type(m).__name__ for m in model.modules() if type(m).__name__ in names and not isinstance(m, FSDPModule)]
+        if unwrapped:
+            _refuse("fsdp", f"{len(unwrapped)} decoder layer(s) are not FSDP units (distributed.fsdp.auto_wrap)")
+    return {"mesh": mesh, "fsdp_units": len(units)}
 
 
 def held_fraction(strategy: str, wrapped: Any, model: Any) -> float:

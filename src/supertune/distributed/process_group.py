@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from ..launch.environment import LaunchEnvironment
 
-__all__ = ["join_restarted_group", "leave_process_group"]
+__all__ = ["join_restarted_group", "join_group", "leave_process_group"]
 
 
 def join_restarted_group(env: LaunchEnvironment, timeout_s: int) -> None:
@@ -35,6 +35,19 @@ def join_restarted_group(env: LaunchEnvironment, timeout_s: int) -> None:
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
     )
+
+
+def join_group(timeout_s: int) -> None:
+    """Create the default process group from the launch's env:// (unless one exists): gloo on CPU,
+    NCCL for CUDA tensors with gloo beside it for CPU ones. accelerate would create the same group
+    later; FSDP needs it earlier, to build its device mesh before the Trainer exists."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
 
 
 def leave_process_group() -> None:

@@ -1,7 +1,8 @@
 """distributed.strategy in a training process: set the process up, and tell TrainingArguments.
 
 ddp is the Trainer's default data parallelism (nothing to add); zero1/2/3 pass DeepSpeed's JSON,
-also written to RunDir.deepspeed_config for the record; fsdp passes FSDP2 settings.
+also written to RunDir.deepspeed_config for the record; fsdp shards the model here (supertune.distributed.fsdp)
+and adds nothing to TrainingArguments.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir, write_json_atomic
 from .deepspeed_json import ZERO_STAGES, deepspeed_config
 from .deepspeed_runtime import correct_accelerate_state, start_deepspeed_process
-from .fsdp import fsdp_arguments, refuse_fsdp_without_gpu
+from .fsdp import shard_model
 from .process_group import join_restarted_group
 
 __all__ = [
@@ -35,17 +36,15 @@ def shards_parameters(cfg: RunConfig, env: LaunchEnvironment) -> bool:
 
 
 def prepare_process(cfg: RunConfig, env: LaunchEnvironment) -> None:
-    """Before the model is built: refuse what cannot run here, join a restarted process group,
-    start DeepSpeed's communication."""
+    """Before the model is built: join a restarted process group, start DeepSpeed's communication."""
     join_restarted_group(env, cfg.training.ddp_timeout)
-    if cfg.distributed.strategy == "fsdp":
-        refuse_fsdp_without_gpu()
-    elif uses_deepspeed(cfg):
+    if uses_deepspeed(cfg):
         start_deepspeed_process(env, cfg.training.ddp_timeout)
 
 
 def strategy_arguments(cfg: RunConfig, run: RunDir, model: Any, env: LaunchEnvironment) -> dict[str, Any]:
-    """TrainingArguments keywords of the strategy; the main process also writes the DeepSpeed JSON."""
+    """TrainingArguments keywords of the strategy; the main process also writes the DeepSpeed JSON.
+    Under fsdp the model is sharded here, in place, before the Trainer sees it."""
     if uses_deepspeed(cfg):
         config = deepspeed_config(cfg)
         if env.is_main:
@@ -53,7 +52,7 @@ def strategy_arguments(cfg: RunConfig, run: RunDir, model: Any, env: LaunchEnvir
         # The dict, not the file: no rank may read the file before the main rank has written it.
         return {"deepspeed": config}
     if cfg.distributed.strategy == "fsdp":
-        return fsdp_arguments(cfg, model, env)
+        shard_model(model, cfg, env)
     return {}
 
 

@@ -33,6 +33,12 @@ def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, 
             _finish(run.model, cfg.output.dtype)
         trainer.accelerator.wait_for_everyone()
         return
+    if cfg.distributed.strategy == "fsdp" and env.distributed:
+        _save_fsdp(trainer, tokenizer, run, env)
+        if env.is_main:
+            _finish(run.model, cfg.output.dtype)
+        trainer.accelerator.wait_for_everyone()
+        return
     # save_model gathers sharded weights (ZeRO-3: stage3_gather_16bit_weights_on_model_save; FSDP: a
     # full state dict) into one checkpoint written by the main process; every rank must call it.
     trainer.save_model(str(run.model))
@@ -41,6 +47,32 @@ def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, 
             _save_fresh_base(trainer, run, cfg.output.dtype)  # also points the adapters' config at it
         _finish(run.model, cfg.output.dtype)
     trainer.accelerator.wait_for_everyone()
+
+
+def _save_fsdp(trainer: Any, tokenizer: Any, run: RunDir, env: LaunchEnvironment) -> None:
+    """One full state dict gathered from the FSDP shards into rank 0's CPU memory (every rank takes
+    part; the others get an empty dict), saved as a plain Hugging Face checkpoint (LoRA: the adapters).
+
+    Costs one full copy of the weights in rank 0's CPU memory for the moment of the save, as ZeRO-3's.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    model = trainer.model
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if env.is_main:
+        _share_tied(model, state)
+        model.save_pretrained(run.model, state_dict=state)
+        tokenizer.save_pretrained(run.model)
+
+
+def _share_tied(model: Any, state: dict[str, Any]) -> None:
+    """Names of one parameter (tied embeddings) gathered as separate copies point at one tensor again,
+    so that save_pretrained writes it once, as it does for an unsharded model."""
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if name in state:
+            source = first.setdefault(id(param), name)
+            state[name] = state[source]
 
 
 def _finish(model_dir: Path, dtype: str) -> None:

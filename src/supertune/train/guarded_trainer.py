@@ -60,6 +60,14 @@ class GuardedTrainer(Trainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         s = self.supertune
         step = self.state.global_step
+        if getattr(self.model, "is_distributed_loading_by_transformers", False):
+            # Only a stop request gets here (config validation refuses scheduled checkpoints under
+            # fsdp): no checkpoint of a sharded optimizer is written yet, and a partial one would
+            # resume wrongly. Stop with the reason rather than pretend to have saved.
+            raise UserError(
+                f"distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step {step} "
+                "(checkpoints are not written under fsdp yet); the run stops without one"
+            )
         self._fault("save.begin")
         self._check_space(step)
         main = self.is_world_process_zero()
