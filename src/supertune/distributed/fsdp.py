@@ -23,6 +23,8 @@ CPUOffloadPolicy); the optimizer step then runs on the CPU.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..config.schema import RunConfig
@@ -30,7 +32,7 @@ from ..errors import UserError
 from ..launch.environment import LaunchEnvironment
 from .process_group import join_group
 
-__all__ = ["decoder_layer_classes", "fsdp_mesh", "shard_model", "mesh_shape"]
+__all__ = ["decoder_layer_classes", "fsdp_mesh", "shard_model", "mesh_shape", "deferred_gradient_reduction"]
 
 
 def decoder_layer_classes(model: Any) -> list[str]:
@@ -52,6 +54,10 @@ def fsdp_mesh(cfg: RunConfig, env: LaunchEnvironment) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_type == "cuda":
+        # fully_shard moves each shard to the mesh's current device: this process's GPU, chosen here
+        # because accelerate (which would choose it) starts only after the model is sharded.
+        torch.cuda.set_device(env.local_rank)
     sharding = cfg.distributed.fsdp.sharding
     if sharding.startswith("hybrid") and env.num_nodes > 1:
         if env.local_world_size < 2:
@@ -118,3 +124,22 @@ def mesh_shape(model: Any) -> dict[str, int]:
         if mesh is not None:
             return dict(zip(mesh.mesh_dim_names or (), mesh.shape))
     return {}
+
+
+@contextmanager
+def deferred_gradient_reduction(model: Any) -> Iterator[None]:
+    """The micro-batches of a step before its last: gradients are not reduced until the last one.
+
+    On a 1-D mesh the whole reduction waits: each rank accumulates unsharded gradients (one full copy
+    for the length of the step) and reduce-scatters once. With hybrid sharding only the all-reduce
+    across nodes waits; the reduce-scatter within a node runs per micro-batch, so gradients stay
+    sharded and only the slow inter-node traffic is saved.
+    """
+    if "dp_replicate" in mesh_shape(model):
+        model.set_requires_all_reduce(False)
+    else:
+        model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # also turns the all-reduce back on

@@ -44,7 +44,7 @@ PASSED_THROUGH = (
 def training_arguments(cfg: RunConfig, run: RunDir, strategy: dict[str, Any] | None = None) -> Any:
     """The TrainingArguments of a run; checkpoints go to RunDir.checkpoints.
 
-    `strategy`: keywords of distributed.strategy (deepspeed=..., or fsdp=... and fsdp_config=...).
+    `strategy`: keywords of distributed.strategy (deepspeed=...; none for ddp and fsdp, whose model is sharded before).
     """
     import torch
     from transformers import TrainingArguments

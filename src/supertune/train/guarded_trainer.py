@@ -21,6 +21,7 @@ from ..checkpoints.faults import fault_point
 from ..checkpoints.layout import CheckpointDir
 from ..checkpoints.manifest import CheckpointManifest, file_digests, read_manifest
 from ..checkpoints.space import expected_checkpoint_bytes, space_problem
+from ..distributed.fsdp import deferred_gradient_reduction
 from ..errors import UserError
 from .stopping import RunGuard
 
@@ -151,6 +152,16 @@ class GuardedTrainer(Trainer):
                 raise UserError(f"training.init_optimizer_from: {start} holds another model's or optimizer's state ({exc})") from None
             log.info("optimizer state (moments of %d parameters) taken from %s", len(state.get("state", {})), start)
         return optimizer
+
+    # -- FSDP ------------------------------------------------------------------------------------
+
+    def _defer_fsdp_gradient_reduction(self) -> Any:
+        """The Trainer's no_sync for a model sharded before it (gradient accumulation under fsdp).
+
+        The Trainer's own reads the transformers DistributedConfig of a model sharded by
+        from_pretrained, which a model supertune sharded has not.
+        """
+        return deferred_gradient_reduction(self.model)
 
     # -- checks ----------------------------------------------------------------------------------
 
