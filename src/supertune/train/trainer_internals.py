@@ -31,6 +31,8 @@ TRAINER_INTERNALS = (
     TrainerInternal("_save_optimizer_and_scheduler", ("output_dir",), "the save.weights fault point", ("_save_checkpoint",)),
     TrainerInternal("training_step", ("model", "inputs", "num_items_in_batch"), "a non-finite loss stops the run"),
     TrainerInternal("_get_grad_norm", ("model", "grad_norm"), "a non-finite gradient norm stops the run"),
+    # Referenced, not called, by the training loop (`sync_context = self._defer_fsdp_gradient_reduction`).
+    TrainerInternal("_defer_fsdp_gradient_reduction", (), "gradient accumulation under fsdp reduces once per step (supertune.distributed.fsdp)"),
     TrainerInternal("_load_from_checkpoint", ("resume_from_checkpoint", "model"), "loads a checkpoint written at the last step without training"),
 )
 
