@@ -170,3 +170,29 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     losses, summary = _losses(run_dir)
     _assert_matches_ddp(ddp, losses, summary)
     _assert_sharded(summary, {"dp_replicate": 2, "dp_shard": 2}, 5)
+
+
+def test_a_stop_request_under_fsdp_stops_with_one_line_and_no_checkpoint(ddp, tmp_path):
+    """A stop request asks for a checkpoint, which fsdp does not write yet: the run says so and stops,
+    leaving no checkpoint behind (never a partial one)."""
+    import yaml
+
+    from supertune.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
+    config["distributed"]["strategy"] = "fsdp"
+    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+    run.stop_request.write_text("")  # present from the start: the first step's end sees it
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(_free_port()), "-m", "supertune.train.worker", str(run.path)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode != 0
+    line = ("supertune: error: distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step 1 "
+            "(checkpoints are not written under fsdp yet); the run stops without one")
+    assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr.split(line)[0]  # the line, not a traceback, is what the rank says
+    assert not (run.path / "checkpoints").exists() or not any((run.path / "checkpoints").iterdir())
