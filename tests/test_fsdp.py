@@ -67,7 +67,7 @@ def _assert_sharded(summary, mesh, units):
     assert s["strategy"] == "fsdp" and s["wrapper"].startswith("FSDP"), s
     assert s["mesh"] == mesh, s
     assert s["fsdp_units"] == units, s  # 4 decoder layers + the root with auto_wrap, the root alone without
-    shards = 1 if "dp_shard" not in mesh else mesh["dp_shard"]
+    shards = mesh.get("dp_shard", 1)
     assert abs(s["held_fraction"] - 1 / shards) <= 0.01, s  # this rank holds its shard of every parameter
 
 
