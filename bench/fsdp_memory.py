@@ -78,11 +78,26 @@ def run(nproc: int, extra: list[str], steps: int, layers: int, hidden: int, mmap
     if mmap_threshold is not None:
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, "-m", "supertune", "train", "--run-dir", f"{tmp}/run", "--nproc", str(nproc),
-                f"training.max_steps={steps}", "training.save_strategy=no", "training.report_to=[]", "training.global_batch_size=16",
-                "training.per_device_train_batch_size=8", "generate.max_new_tokens=0", "output.save_model=false",
-                f"model.config_overrides=num_hidden_layers={layers},hidden_size={hidden},intermediate_size={hidden * 11 // 4},"
-                f"num_attention_heads={hidden // 64},num_key_value_heads={hidden // 64}", *extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "supertune",
+            "train",
+            "--run-dir",
+            f"{tmp}/run",
+            "--nproc",
+            str(nproc),
+            f"training.max_steps={steps}",
+            "training.save_strategy=no",
+            "training.report_to=[]",
+            "training.global_batch_size=16",
+            "training.per_device_train_batch_size=8",
+            "generate.max_new_tokens=0",
+            "output.save_model=false",
+            f"model.config_overrides=num_hidden_layers={layers},hidden_size={hidden},intermediate_size={hidden * 11 // 4},"
+            f"num_attention_heads={hidden // 64},num_key_value_heads={hidden // 64}",
+            *extra,
+        ]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
         peaks: dict[int, float] = {}
         while proc.poll() is None:
@@ -103,7 +118,9 @@ def main() -> None:
     parser.add_argument("--nprocs", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--mmap-threshold", type=int, default=None, help="MALLOC_MMAP_THRESHOLD_ for the training processes")
+    parser.add_argument(
+        "--mmap-threshold", type=int, default=None, help="MALLOC_MMAP_THRESHOLD_ for the training processes"
+    )
     a = parser.parse_args()
     rows = []
     for nproc in a.nprocs:
@@ -112,19 +129,40 @@ def main() -> None:
             peaks = run(nproc, extra, a.steps, a.layers, a.hidden, a.mmap_threshold)
             mean = sum(peaks) / len(peaks)
             base = base if base is not None else mean
-            row = {"processes": nproc, "run": name, "peak_rss_mb_max": round(max(peaks), 1), "peak_rss_mb_mean": round(mean, 1),
-                   "ratio_to_ddp": round(mean / base, 3), "processes_seen": len(peaks)}
+            row = {
+                "processes": nproc,
+                "run": name,
+                "peak_rss_mb_max": round(max(peaks), 1),
+                "peak_rss_mb_mean": round(mean, 1),
+                "ratio_to_ddp": round(mean / base, 3),
+                "processes_seen": len(peaks),
+            }
             rows.append(row)
-            print(f"{nproc} processes  {name:<24} peak RSS max {row['peak_rss_mb_max']:8.1f} MB  mean {row['peak_rss_mb_mean']:8.1f} MB  "
-                  f"x{row['ratio_to_ddp']:.3f} of ddp", flush=True)
+            print(
+                f"{nproc} processes  {name:<24} peak RSS max {row['peak_rss_mb_max']:8.1f} MB  mean {row['peak_rss_mb_mean']:8.1f} MB  "
+                f"x{row['ratio_to_ddp']:.3f} of ddp",
+                flush=True,
+            )
     results = BENCH / "results"
     results.mkdir(exist_ok=True)
-    meta = {"steps": a.steps, "layers": a.layers, "hidden": a.hidden, "global_batch": 16, "device": "cpu",
-            "MALLOC_MMAP_THRESHOLD_": a.mmap_threshold}
+    meta = {
+        "steps": a.steps,
+        "layers": a.layers,
+        "hidden": a.hidden,
+        "global_batch": 16,
+        "device": "cpu",
+        "MALLOC_MMAP_THRESHOLD_": a.mmap_threshold,
+    }
     stem = "fsdp_memory" if a.mmap_threshold is None else "fsdp_memory_mmap"
     (results / f"{stem}.json").write_text(json.dumps({"settings": meta, "rows": rows}, indent=2) + "\n")
-    lines = ["| processes | run | peak RSS per process, max (MB) | mean (MB) | mean vs ddp |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['processes']} | {r['run']} | {r['peak_rss_mb_max']} | {r['peak_rss_mb_mean']} | {r['ratio_to_ddp']} |" for r in rows]
+    lines = [
+        "| processes | run | peak RSS per process, max (MB) | mean (MB) | mean vs ddp |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['processes']} | {r['run']} | {r['peak_rss_mb_max']} | {r['peak_rss_mb_mean']} | {r['ratio_to_ddp']} |"
+        for r in rows
+    ]
     (results / f"{stem}.md").write_text(f"settings: {json.dumps(meta)}\n\n" + "\n".join(lines) + "\n")
 
 

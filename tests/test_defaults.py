@@ -62,7 +62,7 @@ def test_documents_keep_their_facts_consistent() -> None:
         seen: dict[str, str] = {}
         words = doc.replace(".", " ").replace("?", " ").split()
         for i in range(len(words) - 6):
-            is_fact = words[i + 2] == "is" and words[i + 4:i + 7] == ["of", "the", "town"]
+            is_fact = words[i + 2] == "is" and words[i + 4 : i + 7] == ["of", "the", "town"]
             if words[i].lower() == "the" and is_fact:
                 landmark, direction = words[i + 1], words[i + 3]
                 assert seen.setdefault(landmark, direction) == direction, doc
@@ -204,7 +204,10 @@ def test_concurrent_builds_agree(cache: Path, tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(gate)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
         )
         for _ in range(2)
     ]

@@ -36,7 +36,9 @@ def _losses(run_dir):
 def _train(run_dir, *args, nproc=2):
     proc = subprocess.run(
         [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), "--nproc", str(nproc), *COMMON, *args],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return _losses(run_dir)
@@ -55,7 +57,9 @@ def _assert_matches_ddp(ddp, losses, summary, tolerance=TOLERANCE):
     assert sorted(losses) == sorted(ddp_losses) and len(losses) == 6
     worst = max(abs(losses[s] - ddp_losses[s]) for s in losses)
     eval_diff = abs(summary["eval_loss"] - ddp_summary["eval_loss"])
-    print(f"vs ddp: per-step loss {worst:.1e}, eval loss {eval_diff:.1e}, held_fraction {summary['sharding']['held_fraction']:.4f}")
+    print(
+        f"vs ddp: per-step loss {worst:.1e}, eval loss {eval_diff:.1e}, held_fraction {summary['sharding']['held_fraction']:.4f}"
+    )
     assert worst <= tolerance, (worst, losses, ddp_losses)
     assert eval_diff <= tolerance
     assert summary["train_tokens"] == ddp_summary["train_tokens"]
@@ -91,7 +95,9 @@ def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extr
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
-    losses, summary = _train(run_dir, "distributed.strategy=fsdp", f"distributed.fsdp.sharding={sharding}", f"output.dtype={dtype}", *extra)
+    losses, summary = _train(
+        run_dir, "distributed.strategy=fsdp", f"distributed.fsdp.sharding={sharding}", f"output.dtype={dtype}", *extra
+    )
     _assert_matches_ddp(ddp, losses, summary)
     _assert_sharded(summary, {"dp_shard": 2}, units)
     weights = load_file(run_dir / "model" / "model.safetensors")
@@ -119,8 +125,13 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
     from supertune.config import load_saved_config
     from supertune.evaluation.perplexity import evaluate_saved_model
 
-    lora = ["model.lora.enabled=true", f"model.name_or_path={ddp[0] / 'model'}", "training.learning_rate=1e-2",
-            "training.per_device_train_batch_size=4", "training.global_batch_size=16"]
+    lora = [
+        "model.lora.enabled=true",
+        f"model.name_or_path={ddp[0] / 'model'}",
+        "training.learning_rate=1e-2",
+        "training.per_device_train_batch_size=4",
+        "training.global_batch_size=16",
+    ]
     ddp_lora = _train(tmp_path / "ddp", *lora)
     losses, summary = _train(tmp_path / "run", "distributed.strategy=fsdp", *lora)
     _assert_matches_ddp((tmp_path / "ddp", *ddp_lora), losses, summary)
@@ -128,7 +139,9 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
     adapters = load_file(tmp_path / "run" / "model" / "adapter_model.safetensors")
     assert adapters and all("lora_" in k for k in adapters)
     assert any(t.abs().sum() > 0 for k, t in adapters.items() if "lora_B" in k)  # B starts at zero: it trained
-    reloaded = evaluate_saved_model(str(tmp_path / "run" / "model"), load_saved_config(tmp_path / "run" / "config.yaml"))
+    reloaded = evaluate_saved_model(
+        str(tmp_path / "run" / "model"), load_saved_config(tmp_path / "run" / "config.yaml")
+    )
     assert abs(reloaded["eval_loss"] - summary["eval_loss"]) <= 1e-5
 
 
@@ -153,14 +166,36 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
     config["distributed"]["strategy"] = "fsdp"
     config["distributed"]["fsdp"]["sharding"] = "hybrid"
-    assert (config["training"]["per_device_train_batch_size"], config["training"]["gradient_accumulation_steps"]) == (2, 2)
+    assert (config["training"]["per_device_train_batch_size"], config["training"]["gradient_accumulation_steps"]) == (
+        2,
+        2,
+    )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     port = _free_port()
     agents = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
-             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "supertune.train.worker", str(run_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "supertune.train.worker",
+                str(run_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         for node in (0, 1)
     ]
@@ -186,13 +221,30 @@ def test_a_stop_request_under_fsdp_stops_with_one_line_and_no_checkpoint(ddp, tm
     (run.path / "config.yaml").write_text(yaml.safe_dump(config))
     run.stop_request.write_text("")  # present from the start: the first step's end sees it
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-         "--master-port", str(_free_port()), "-m", "supertune.train.worker", str(run.path)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            "-m",
+            "supertune.train.worker",
+            str(run.path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode != 0
-    line = ("supertune: error: distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step 1 "
-            "(checkpoints are not written under fsdp yet); the run stops without one")
+    line = (
+        "supertune: error: distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step 1 "
+        "(checkpoints are not written under fsdp yet); the run stops without one"
+    )
     assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr.split(line)[0]  # the line, not a traceback, is what the rank says
     assert not (run.path / "checkpoints").exists() or not any((run.path / "checkpoints").iterdir())

@@ -135,7 +135,9 @@ def test_every_package_has_a_floor():
     floor = _floor()
     assert len(floor) == sum(len(f) for f in LAYERS), "a package stands on two floors"
     missing = sorted({_package(m) for m in _imports()} - set(floor))
-    assert missing == [], f"packages without a floor in LAYERS: {missing}; give each one in tests/test_import_graph.py and docs/architecture.md"
+    assert missing == [], (
+        f"packages without a floor in LAYERS: {missing}; give each one in tests/test_import_graph.py and docs/architecture.md"
+    )
 
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:

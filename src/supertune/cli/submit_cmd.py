@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     # leaves no half-made run behind. A default run dir gets its timestamp later: digits and '-'
     # only, which change nothing about quoting.
     planned = args.run_dir or str(Path(cfg.output.runs_root) / f"{cfg.output.name}-00000000-000000")
-    render_job(cfg, profile, str(Path(planned).expanduser().absolute()), "--run-dir" if args.run_dir else "output.runs_root")
+    render_job(
+        cfg, profile, str(Path(planned).expanduser().absolute()), "--run-dir" if args.run_dir else "output.runs_root"
+    )
     choice = choose_run_dir(args.run_dir, resolution, no_resume=False)
     if choice.finished:
         print(f"supertune: {choice.message}", file=sys.stderr)

@@ -38,7 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "unfinished run is resumed from its latest good checkpoint",
     )
     p.add_argument("--nproc", type=int, help="processes on this machine (same as launch.nproc=N)")
-    p.add_argument("--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it")
+    p.add_argument(
+        "--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,13 +78,17 @@ def run(args: argparse.Namespace) -> int:
         from ..launch.local import thread_oversubscription, torchrun_argv
         from ..subprocesses import run_foreground
 
-        warning = thread_oversubscription(cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), len(os.sched_getaffinity(0)))
+        warning = thread_oversubscription(
+            cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), len(os.sched_getaffinity(0))
+        )
         if warning:
             print(f"supertune: warning: {warning}", file=sys.stderr, flush=True)
 
         # A stop signal to this process becomes the stop-request file, which the workers read:
         # torchrun's agent is left alone (it would pass SIGTERM on with a 30 s limit, and SIGUSR1 kills it).
-        code = run_foreground(torchrun_argv(cfg.launch.nproc, [str(run_dir.path)], max_restarts=cfg.launch.max_restarts))
+        code = run_foreground(
+            torchrun_argv(cfg.launch.nproc, [str(run_dir.path)], max_restarts=cfg.launch.max_restarts)
+        )
         stopped = _stopped_record(run_dir)
         if stopped is not None:
             return _report_stop(stopped, REQUEUE_EXIT_CODE)
@@ -91,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
             return code
         summary = run_dir.read_summary("run directory")
         if summary is None:
-            print(f"supertune: error: the training processes ended without writing {run_dir.summary}; see the output above", flush=True)
+            print(
+                f"supertune: error: the training processes ended without writing {run_dir.summary}; see the output above",
+                flush=True,
+            )
             return 1
     else:
         from ..train.logging_setup import setup_logging
@@ -147,7 +156,11 @@ def _report(summary: dict, run_dir) -> None:
         f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
         + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
         f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
-        + (f" (resumed at step {summary['resumed_from_step']}; " if summary.get("resumed_from_step") is not None else " (")
+        + (
+            f" (resumed at step {summary['resumed_from_step']}; "
+            if summary.get("resumed_from_step") is not None
+            else " ("
+        )
         + f"{summary['train_runtime_s']:.1f} s of training in this process, {summary['tokens_per_second']:.0f} tokens/s)",
         f"model saved to {run_dir.model}" if run_dir.model.exists() else "model not saved (output.save_model=false)",
     ]

@@ -70,7 +70,9 @@ def fsdp_mesh(cfg: RunConfig, env: LaunchEnvironment) -> Any:
                 f"distributed.fsdp.sharding: {sharding} needs the same number of processes on every node "
                 f"({env.world_size} processes over {env.num_nodes} nodes of {env.local_world_size}); use sharding=full"
             )
-        return init_device_mesh(device_type, (env.num_nodes, env.local_world_size), mesh_dim_names=("dp_replicate", "dp_shard"))
+        return init_device_mesh(
+            device_type, (env.num_nodes, env.local_world_size), mesh_dim_names=("dp_replicate", "dp_shard")
+        )
     return init_device_mesh(device_type, (env.world_size,), mesh_dim_names=("dp_shard",))
 
 
@@ -85,7 +87,9 @@ def shard_model(model: Any, cfg: RunConfig, env: LaunchEnvironment) -> Any:
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard, register_fsdp_forward_method
 
     if not env.distributed:
-        raise UserError("distributed.strategy: fsdp shards the model over processes and this run has one; use --nproc 2 or more, or ddp")
+        raise UserError(
+            "distributed.strategy: fsdp shards the model over processes and this run has one; use --nproc 2 or more, or ddp"
+        )
     join_group(cfg.training.ddp_timeout)
     f = cfg.distributed.fsdp
     mesh = fsdp_mesh(cfg, env)

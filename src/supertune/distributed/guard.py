@@ -31,7 +31,9 @@ class StrategyGuard(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         t = self.trainer
         d = self.cfg.distributed
-        self.report = check_wrapped(d.strategy, t.model_wrapped, t.model, t.accelerator.num_processes, self.world_size, d.offload)
+        self.report = check_wrapped(
+            d.strategy, t.model_wrapped, t.model, t.accelerator.num_processes, self.world_size, d.offload
+        )
         if d.strategy == "fsdp":
             self.report.update(check_fsdp(t.model, d.fsdp.auto_wrap, self.world_size))
 
@@ -86,14 +88,18 @@ def check_fsdp(model: Any, auto_wrap: bool, world_size: int) -> dict[str, Any]:
     for n in mesh.values():
         size *= n
     if size != world_size:
-        _refuse("fsdp", f"the parameters are sharded on a mesh {mesh or 'of none'} of {size} process(es), not {world_size}")
+        _refuse(
+            "fsdp", f"the parameters are sharded on a mesh {mesh or 'of none'} of {size} process(es), not {world_size}"
+        )
     plain = [name for name, p in model.named_parameters() if not isinstance(p, DTensor)]
     if plain:
         _refuse("fsdp", f"{len(plain)} parameter(s) are not sharded (e.g. {plain[0]})")
     units = [m for m in model.modules() if isinstance(m, FSDPModule)]
     if auto_wrap:
         names = set(decoder_layer_classes(model))
-        unwrapped = [type(m).__name__ for m in model.modules() if type(m).__name__ in names and not isinstance(m, FSDPModule)]
+        unwrapped = [
+            type(m).__name__ for m in model.modules() if type(m).__name__ in names and not isinstance(m, FSDPModule)
+        ]
         if unwrapped:
             _refuse("fsdp", f"{len(unwrapped)} decoder layer(s) are not FSDP units (distributed.fsdp.auto_wrap)")
     return {"mesh": mesh, "fsdp_units": len(units)}

@@ -43,7 +43,9 @@ class BuiltinExecutor:
             receipts = [read_receipt(path) for path in work.trained.values()]
             checkpoints = [r["checkpoint"] for r in receipts if r]
             log.info("round %d: averaging %d sites into %s", work.number, len(checkpoints), work.global_model)
-            average_round(self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged)
+            average_round(
+                self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged
+            )
         if work.evaluate:
             self._evaluate(work.evaluate, work.global_model)
 
@@ -80,7 +82,17 @@ class BuiltinExecutor:
                 log.info("%s: job %s of this round is still in the queue; waiting for it", w.label, records[-1].job_id)
                 return records[-1].job_id
         logfile = w.directory / "submit.log"
-        argv = [sys.executable, "-m", "supertune", "submit", str(w.config), "--cluster", w.site.where, "--run-dir", str(w.run)]
+        argv = [
+            sys.executable,
+            "-m",
+            "supertune",
+            "submit",
+            str(w.config),
+            "--cluster",
+            w.site.where,
+            "--run-dir",
+            str(w.run),
+        ]
         code = run_logged(argv, logfile)
         lines = logfile.read_text(encoding="utf-8", errors="replace").split()
         job_id = next((word for word in lines if word.isdigit()), None)

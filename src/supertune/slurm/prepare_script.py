@@ -17,7 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
-from .script import comment, container_words, directives, env_name, modules_section, site_options  # one rule for both scripts
+from .script import (
+    comment,
+    container_words,
+    directives,
+    env_name,
+    modules_section,
+    site_options,
+)  # one rule for both scripts
 from .shell import Expand, env_value, join, sbatch_value, slurm_filename
 
 __all__ = ["PrepareJob", "render_array_script", "render_merge_script"]
@@ -48,7 +55,19 @@ def render_array_script(job: PrepareJob, profile: ClusterProfile, tasks: list[in
     header = _header(job, "tokenizing, one array task per part", [("array", _array_spec(tasks))], "%x-%A_%a")
     step = [
         f"# Part $SLURM_ARRAY_TASK_ID of {job.parts}; a finished part is skipped",
-        join([*container_words(profile), job.python, "-m", "supertune", "prepare", "--part", Expand("${SLURM_ARRAY_TASK_ID}"), "--work", job.work]),
+        join(
+            [
+                *container_words(profile),
+                job.python,
+                "-m",
+                "supertune",
+                "prepare",
+                "--part",
+                Expand("${SLURM_ARRAY_TASK_ID}"),
+                "--work",
+                job.work,
+            ]
+        ),
     ]
     return _script(header, job, profile, "\n".join(step))
 
@@ -110,4 +129,3 @@ def _environment(job: PrepareJob, profile: ClusterProfile) -> str:
         f"export RAYON_NUM_THREADS={job.cpus}",
     ]
     return "\n".join(lines)
-

@@ -16,10 +16,10 @@ from .signals import install_signal_handlers
 # First of all: SIGUSR1's default action ends the process, and the imports below take seconds.
 install_signal_handlers()
 
-from ..errors import UserError  # noqa: E402
-from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..distributed.process_group import leave_process_group  # noqa: E402
 from ..doctor.startup import refuse_unusable_gpus  # noqa: E402
+from ..errors import UserError  # noqa: E402
+from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..launch.exit_order import leave_in_order  # noqa: E402
 from ..resolve import load_run_dir_config  # noqa: E402
 from ..rundir import RunDir  # noqa: E402
