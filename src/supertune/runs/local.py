@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..rundir import RunDir
 from ..train.signals import REQUEUE_EXIT_CODE, clear_stop_files, install_signal_handlers, request_stop
-from .run_dir_choice import RunDirChoice, choose_run_dir
+from .run_dir_choice import choose_run_dir
+
+if TYPE_CHECKING:
+    from ..config.schema import RunConfig
+    from ..resolve.resolve import Resolution
 
 __all__ = ["LocalOutcome", "forward_stop_signals", "check_local_start", "train_here", "train_logged"]
 
@@ -63,7 +67,7 @@ def forward_stop_signals() -> list[RunDir]:
     return runs
 
 
-def check_local_start(cfg: Any, gpus: bool = True) -> None:
+def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     """Before a run directory exists: GPUs this PyTorch cannot use (`gpus`; it imports torch, which
     the training processes check again), and the weights the run starts from against their
     manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind."""
@@ -78,7 +82,7 @@ def check_local_start(cfg: Any, gpus: bool = True) -> None:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
 
 
-def train_here(cfg: Any, run: RunDir, watched: list[RunDir]) -> LocalOutcome:
+def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutcome:
     """Train `run` in the foreground: in this process, or as the parent of launch.nproc processes under
     torchrun (unless a launcher started this process already). The run joins `watched` (from
     forward_stop_signals) once the previous attempt's stop files are gone."""
@@ -99,7 +103,7 @@ def train_here(cfg: Any, run: RunDir, watched: list[RunDir]) -> LocalOutcome:
     return LocalOutcome(run, 0, summary, summary if summary.get("stopped") else None)
 
 
-def train_logged(resolution: Any, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None) -> LocalOutcome:
+def train_logged(resolution: Resolution, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None) -> LocalOutcome:
     """Train the run in `run_dir` (new, or resumed unless `no_resume`) in processes of their own, their
     output appended to `log`: one training worker, or torchrun's. A run found finished is not started.
     The processes die with this one (a killed federation leaves no training behind)."""
@@ -107,7 +111,7 @@ def train_logged(resolution: Any, run_dir: Path, log: Path, no_resume: bool = Fa
 
     cfg = resolution.config
     check_local_start(cfg, gpus=False)  # the workers check their GPUs themselves
-    choice: RunDirChoice = choose_run_dir(str(run_dir), resolution, no_resume)
+    choice = choose_run_dir(str(run_dir), resolution, no_resume)
     _note(log, f"supertune: {choice.message}")
     if choice.finished:
         return LocalOutcome(choice.run, 0, choice.run.read_summary("run directory"))
@@ -118,7 +122,7 @@ def train_logged(resolution: Any, run_dir: Path, log: Path, no_resume: bool = Fa
     return _outcome(choice.run, run_logged(_argv(cfg, choice.run), log, env))
 
 
-def _argv(cfg: Any, run: RunDir) -> list[str]:
+def _argv(cfg: RunConfig, run: RunDir) -> list[str]:
     """The training processes of a run on this machine: torchrun's for several, else one worker."""
     from ..entry import TRAIN_WORKER, entry_words
     from ..launch.local import torchrun_argv
@@ -135,7 +139,7 @@ def _outcome(run: RunDir, code: int) -> LocalOutcome:
     return LocalOutcome(run, code, summary, stopped)
 
 
-def _warn_threads(nproc: int, omp_num_threads: str | None, say: Any) -> None:
+def _warn_threads(nproc: int, omp_num_threads: str | None, say: Callable[[str], None]) -> None:
     from ..launch.local import thread_oversubscription
 
     warning = thread_oversubscription(nproc, omp_num_threads, len(os.sched_getaffinity(0)))
