@@ -8,10 +8,7 @@ from dataclasses import dataclass
 from ..byte_sizes import parse_byte_size
 from ..errors import UserError
 
-__all__ = ["DoctorOptions", "add_doctor_arguments", "options_from_args", "parse_size", "format_size", "size_label", "preflight_arguments", "WORKER_MODULE"]
-
-WORKER_MODULE = "supertune.doctor.worker"
-"""What every process of a pre-flight runs: `python -m supertune.doctor.worker --comm ...`."""
+__all__ = ["DoctorOptions", "add_doctor_arguments", "options_from_args", "parse_size", "format_size", "size_label", "preflight_arguments"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -65,7 +62,7 @@ class DoctorOptions:
 
 
 def preflight_arguments(expect_gbps: float | None = None, report: str | None = None, max_size: str | None = None) -> list[str]:
-    """The words after `python -m supertune.doctor.worker` in a job's pre-flight step (pure, for
+    """The words after the doctor's worker entry point in a job's pre-flight step (pure, for
     job-script rendering): node checks and the bandwidth measurement, the JSON report to `report`."""
     args = ["--comm"]
     if expect_gbps is not None:
