@@ -45,11 +45,21 @@ NAMES = {
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models-dir", type=Path, default=Path("/tmp/supertune-bench-average"), help="inputs and outputs (not in the repository)")
+    p.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("/tmp/supertune-bench-average"),
+        help="inputs and outputs (not in the repository)",
+    )
     p.add_argument("--count", type=int, default=4, help="models to average")
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; medians are reported")
     p.add_argument("--arms", default="abcd")
-    p.add_argument("--quiet-wait", type=float, default=20.0, help="seconds to wait, before each arm, for other work to use under 0.5 cores")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        help="seconds to wait, before each arm, for other work to use under 0.5 cores",
+    )
     p.add_argument("--results-dir", type=Path, default=BENCH / "results")
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
@@ -63,8 +73,16 @@ def ensure_mergekit() -> str:
         # torch first and pinned: mergekit's requirement would otherwise pull a CUDA build
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0"], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "mergekit"], check=True)
-    out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('mergekit'), m.version('transformers'), m.version('torch'))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m; print(m.version('mergekit'), m.version('transformers'), m.version('torch'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -75,7 +93,12 @@ def make_inputs(root: Path, count: int) -> list[Path]:
         "from average.inputs import make_models\nfrom supertune.embedded import default_tokenizer\n"
         "print('\\n'.join(str(p) for p in make_models(Path(sys.argv[2]), int(sys.argv[3]), default_tokenizer())))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(BENCH), str(root / "inputs"), str(count)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(BENCH), str(root / "inputs"), str(count)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [Path(x) for x in out.stdout.split()]
 
 
@@ -95,14 +118,24 @@ def arm_argv(key: str, inputs: list[Path], out: Path, work: Path) -> list[str]:
         exe = Path(sys.executable).parent / "supertune"
         return [str(exe), "average", *map(str, inputs), "--out", str(out), "--weights", "uniform"]
     if key == "b":
-        return [sys.executable, str(BENCH / "average" / "naive_from_pretrained.py"), "--out", str(out), *map(str, inputs)]
+        return [
+            sys.executable,
+            str(BENCH / "average" / "naive_from_pretrained.py"),
+            "--out",
+            str(out),
+            *map(str, inputs),
+        ]
     if key == "c":
         config = work / "mergekit.yml"
         models = "".join(f"  - model: {p}\n    parameters: {{weight: 1.0}}\n" for p in inputs)
         config.write_text(f"merge_method: linear\nmodels:\n{models}parameters: {{normalize: true}}\ndtype: float32\n")
         return [str(MERGEKIT_VENV / "bin" / "mergekit-yaml"), str(config), str(out), "--quiet"]
     if key == "d":
-        return ["sh", "-c", "cat " + " ".join(shlex.quote(str(p / "model.safetensors")) for p in inputs) + " > /dev/null"]
+        return [
+            "sh",
+            "-c",
+            "cat " + " ".join(shlex.quote(str(p / "model.safetensors")) for p in inputs) + " > /dev/null",
+        ]
     raise ValueError(key)
 
 
@@ -116,7 +149,9 @@ def run_arm(key: str, inputs: list[Path], work: Path, quiet_wait: float) -> dict
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     window = CpuWindow()
     window.start()
-    proc = subprocess.run([TIME, "-f", "%M", "-o", str(usage), *argv], capture_output=True, text=True, env=env, cwd=work)
+    proc = subprocess.run(
+        [TIME, "-f", "%M", "-o", str(usage), *argv], capture_output=True, text=True, env=env, cwd=work
+    )
     window.stop()
     if proc.returncode != 0:
         raise SystemExit(f"average bench: arm {key} failed: {shlex.join(argv)}\n{proc.stderr[-3000:]}")
@@ -140,7 +175,9 @@ def compare_outputs(work: Path, keys: list[str]) -> dict[str, float]:
         "print(json.dumps(res))"
     )
     others = [str(work / f"out-{k}") for k in keys if k in "bc"]
-    out = subprocess.run([sys.executable, "-c", code, str(work / "out-a"), *others], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(work / "out-a"), *others], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 
@@ -148,7 +185,7 @@ def main() -> int:
     args = parse_args()
     if not Path(TIME).is_file():
         raise SystemExit(f"average bench: needs {TIME} (GNU time) for the peak memory of each arm")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     info = machine()
     keys = [k for k in "abcd" if k in args.arms]
     mergekit = ensure_mergekit() if "c" in keys else None
@@ -162,19 +199,34 @@ def main() -> int:
     rounds: dict[str, list[dict]] = {k: [] for k in keys}
     differences = None
     for r in range(args.rounds):
-        order = keys[r % len(keys):] + keys[: r % len(keys)]
+        order = keys[r % len(keys) :] + keys[: r % len(keys)]
         for key in order:
             rounds[key].append(run_arm(key, inputs, work, args.quiet_wait))
         if r == 0 and "a" in keys and len(set(keys) & set("bc")):
             differences = compare_outputs(work, keys)
-        print(f"round {r + 1}: " + ", ".join(f"{k} {rounds[k][-1]['seconds']:.2f} s {rounds[k][-1]['peak_rss_mb']:.0f} MB" for k in keys), flush=True)
+        print(
+            f"round {r + 1}: "
+            + ", ".join(f"{k} {rounds[k][-1]['seconds']:.2f} s {rounds[k][-1]['peak_rss_mb']:.0f} MB" for k in keys),
+            flush=True,
+        )
     for key in keys:
         shutil.rmtree(work / f"out-{key}", ignore_errors=True)
 
-    med = {k: {m: statistics.median(x[m] for x in rounds[k]) for m in ("seconds", "peak_rss_mb", "cpu_s")} for k in keys}
+    med = {
+        k: {m: statistics.median(x[m] for x in rounds[k]) for m in ("seconds", "peak_rss_mb", "cpu_s")} for k in keys
+    }
     rss_limit_mb = (2 * largest + 300e6) / 1e6
-    ratios = {f"{x}/{y}": med[x]["seconds"] / med[y]["seconds"] for x, y in (("a", "d"), ("a", "b"), ("a", "c")) if x in med and y in med}
-    targets = {"a/d": "<= 1.5", "a/b": "< 1", "a/c": "< 1", "a peak RSS": f"<= 2 x largest tensor + 300 MB = {rss_limit_mb:.0f} MB"}
+    ratios = {
+        f"{x}/{y}": med[x]["seconds"] / med[y]["seconds"]
+        for x, y in (("a", "d"), ("a", "b"), ("a", "c"))
+        if x in med and y in med
+    }
+    targets = {
+        "a/d": "<= 1.5",
+        "a/b": "< 1",
+        "a/c": "< 1",
+        "a peak RSS": f"<= 2 x largest tensor + 300 MB = {rss_limit_mb:.0f} MB",
+    }
     lines = [
         f"{args.count} inputs of {total_bytes / 1e6:.0f} MB (float32, largest tensor {largest / 1e6:.0f} MB); medians of {args.rounds} rounds",
         *(f"{NAMES[k]:60s} {med[k]['seconds']:7.2f} s {med[k]['peak_rss_mb']:8.0f} MB" for k in keys),
@@ -218,15 +270,30 @@ def main() -> int:
     ]
     for k in keys:
         other = statistics.median(x["other_cores"] or 0.0 for x in rounds[k])
-        md.append(f"| {NAMES[k]} | {med[k]['seconds']:.2f} | {med[k]['peak_rss_mb']:.0f} | {med[k]['cpu_s']:.2f} | {other:.2f} |")
+        md.append(
+            f"| {NAMES[k]} | {med[k]['seconds']:.2f} | {med[k]['peak_rss_mb']:.0f} | {med[k]['cpu_s']:.2f} | {other:.2f} |"
+        )
     md += ["", *(f"- {k} = **{v:.2f}** (target {targets[k]})" for k, v in ratios.items())]
     if "a" in med:
         md.append(f"- (a) peak RSS **{med['a']['peak_rss_mb']:.0f} MB** (target {targets['a peak RSS']})")
     if differences:
-        md.append("- largest absolute difference of any weight from (a)'s: " + ", ".join(f"{k} {v:.3g}" for k, v in differences.items()))
-    md += ["", "Every round:", "", "| round | " + " | ".join(f"({k}) s / MB" for k in keys) + " |", "| --- |" + " ---: |" * len(keys)]
+        md.append(
+            "- largest absolute difference of any weight from (a)'s: "
+            + ", ".join(f"{k} {v:.3g}" for k, v in differences.items())
+        )
+    md += [
+        "",
+        "Every round:",
+        "",
+        "| round | " + " | ".join(f"({k}) s / MB" for k in keys) + " |",
+        "| --- |" + " ---: |" * len(keys),
+    ]
     for r in range(args.rounds):
-        md.append(f"| {r + 1} | " + " | ".join(f"{rounds[k][r]['seconds']:.2f} / {rounds[k][r]['peak_rss_mb']:.0f}" for k in keys) + " |")
+        md.append(
+            f"| {r + 1} | "
+            + " | ".join(f"{rounds[k][r]['seconds']:.2f} / {rounds[k][r]['peak_rss_mb']:.0f}" for k in keys)
+            + " |"
+        )
     (args.results_dir / "average.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     print(f"average bench: wrote {args.results_dir / 'average.json'} and .md")
     return 0

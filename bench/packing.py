@@ -94,30 +94,53 @@ ARMS = {
 def parse_args() -> argparse.Namespace:
     defaults = BenchSettings()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "wikitext-2", help="holds valid.txt and test.txt")
-    p.add_argument("--work-dir", type=Path, default=BENCH / "work" / "packing", help="prepared inputs and every arm's run (git-ignored)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "wikitext-2",
+        help="holds valid.txt and test.txt",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=BENCH / "work" / "packing",
+        help="prepared inputs and every arm's run (git-ignored)",
+    )
     p.add_argument("--results-dir", type=Path, default=BENCH / "results", help="where packing.json/.md go")
     p.add_argument("--steps", type=int, default=24, help="optimizer steps per arm")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
     p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
-    p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most, before each arm, for other work to leave its cores")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=15.0,
+        help="seconds to wait at most, before each arm, for other work to leave its cores",
+    )
     p.add_argument(
         "--max-other-load",
         type=float,
         default=None,
         help="a run disturbed by more busy cores than this is repeated (default: cores the arm leaves free + 0.5)",
     )
-    p.add_argument("--retries", type=int, default=1, help="how often a disturbed arm run is repeated; the last attempt counts")
-    p.add_argument("--pairs", type=int, default=20, help="(a)/(c) step pairs taken in turns in one process after the arms; 0: none")
+    p.add_argument(
+        "--retries", type=int, default=1, help="how often a disturbed arm run is repeated; the last attempt counts"
+    )
+    p.add_argument(
+        "--pairs", type=int, default=20, help="(a)/(c) step pairs taken in turns in one process after the arms; 0: none"
+    )
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
 
 
 def planned_padding(arm_dir: Path) -> float | None:
     """The padding share supertune logged for (a)'s training blocks (all of them, not only the steps run)."""
-    found = re.search(r"document mask: training split, .*padding ([0-9.]+) %", (arm_dir / "output.log").read_text(errors="replace"))
+    found = re.search(
+        r"document mask: training split, .*padding ([0-9.]+) %", (arm_dir / "output.log").read_text(errors="replace")
+    )
     return float(found.group(1)) / 100 if found else None
 
 
@@ -132,16 +155,23 @@ def interleaved_steps(p: Prepared, s: BenchSettings, pairs: int) -> dict[str, ob
     import torch
     from transformers import default_data_collator
 
-    from supertune.training_data.pipeline import build_training_data
     from supertune.modeling.model import build_model
     from supertune.modeling.tokenizer import load_tokenizer
     from supertune.resolve import resolve_run_config
+    from supertune.training_data.pipeline import build_training_data
 
     if s.threads:
         torch.set_num_threads(s.threads)
-    common = [f"model.tokenizer={p.tokenizer_dir}", f"data.train_files={p.train_txt}", f"data.validation_files={p.heldout_txt}",
-              f"data.block_size={s.seq_len}"]
-    configs = {"a": resolve_run_config(None, [*common, "data.document_mask=true"]), "c": resolve_run_config(None, common)}
+    common = [
+        f"model.tokenizer={p.tokenizer_dir}",
+        f"data.train_files={p.train_txt}",
+        f"data.validation_files={p.heldout_txt}",
+        f"data.block_size={s.seq_len}",
+    ]
+    configs = {
+        "a": resolve_run_config(None, [*common, "data.document_mask=true"]),
+        "c": resolve_run_config(None, common),
+    }
     tokenizer = load_tokenizer(configs["a"])
     torch.manual_seed(s.seed)
     model = build_model(configs["a"].model, tokenizer).train()
@@ -214,7 +244,10 @@ def main() -> int:
                     f"padding {100 * m.padding_fraction:.1f} %; other processes used {other} cores meanwhile",
                     flush=True,
                 )
-                if not (run.other_cores is not None and run.other_cores > args.max_other_load) or attempt == args.retries:
+                if (
+                    not (run.other_cores is not None and run.other_cores > args.max_other_load)
+                    or attempt == args.retries
+                ):
                     break
                 repeated.append({"round": r + 1, "arm": k, **run.measurement.__dict__, "other_cores": run.other_cores})
                 print(f"  other work disturbed this run; running ({k}) again", flush=True)
@@ -230,7 +263,9 @@ def main() -> int:
     names = {k: ARMS[k].name for k in keys}
     table = markdown_table(summary, names, len(rounds))
     found = ratios(medians)
-    lines = [f"{r['name']}: {r['value']:.2f}x (target {r['target']}x: {'met' if r['met'] else 'NOT met'})" for r in found]
+    lines = [
+        f"{r['name']}: {r['value']:.2f}x (target {r['target']}x: {'met' if r['met'] else 'NOT met'})" for r in found
+    ]
     if "a" in medians and "c" in medians:
         lines.append(
             f"a/c all slots tokens/s: {medians['a']['slot_tokens_per_second'] / medians['c']['slot_tokens_per_second']:.2f}x "
@@ -250,18 +285,48 @@ def main() -> int:
         )
     print("\n" + table + "\n".join(lines))
     if not args.no_write:
-        write_results(args, settings, prepared, rounds, repeated, summary, found, table, lines, commands, machine_info,
-                      padding_planned, pairs, time.time() - started)
+        write_results(
+            args,
+            settings,
+            prepared,
+            rounds,
+            repeated,
+            summary,
+            found,
+            table,
+            lines,
+            commands,
+            machine_info,
+            padding_planned,
+            pairs,
+            time.time() - started,
+        )
     return 0
 
 
-def write_results(args, settings, prepared, rounds, repeated, summary, found, table, lines, commands, machine_info,
-                  padding_planned, pairs, wall_s) -> None:
+def write_results(
+    args,
+    settings,
+    prepared,
+    rounds,
+    repeated,
+    summary,
+    found,
+    table,
+    lines,
+    commands,
+    machine_info,
+    padding_planned,
+    pairs,
+    wall_s,
+) -> None:
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     command = relative([sys.executable, *sys.argv])
-    gpu = ("No GPU was available on the machine this ran on: the repeat on a GPU (flash attention's variable-length "
-           "kernel against SDPA with the packed mask) has not been run.")
+    gpu = (
+        "No GPU was available on the machine this ran on: the repeat on a GPU (flash attention's variable-length "
+        "kernel against SDPA with the packed mask) has not been run."
+    )
     planned = statistics.median(padding_planned) if padding_planned else None
     data = {
         "date": date,
@@ -279,7 +344,9 @@ def write_results(args, settings, prepared, rounds, repeated, summary, found, ta
         },
         "arms": {k: {"name": ARMS[k].name, "what": ARMS[k].description, "command": commands.get(k)} for k in rounds[0]},
         "document_mask_planned_padding": planned,
-        "rounds": [{k: {**run.measurement.__dict__, "other_cores": run.other_cores} for k, run in r.items()} for r in rounds],
+        "rounds": [
+            {k: {**run.measurement.__dict__, "other_cores": run.other_cores} for k, run in r.items()} for r in rounds
+        ],
         "disturbed_runs_repeated": repeated,
         **to_jsonable(summary),
         "ratios": found,
@@ -294,10 +361,19 @@ def write_results(args, settings, prepared, rounds, repeated, summary, found, ta
         f"(supertune's embedded config), batch {settings.batch_size} x {settings.seq_len} slots, {settings.steps} AdamW steps, "
         f"one process per arm with {settings.threads or 'the default number of'} torch thread(s), SDPA attention, cold caches. "
         "Effective tok/s: non-pad tokens of steps 2..N over their wall time. See bench/README.md.\n\n"
-        f"```\n{command}\n```\n\n" + table + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
-        + (f"- (a)'s padding over all its training blocks, as the run logs it: {100 * planned:.1f} %.\n" if planned is not None else "")
+        f"```\n{command}\n```\n\n"
+        + table
+        + "\n"
+        + "\n".join(f"- {line}" for line in lines)
+        + "\n"
+        + (
+            f"- (a)'s padding over all its training blocks, as the run logs it: {100 * planned:.1f} %.\n"
+            if planned is not None
+            else ""
+        )
         + f"\n{gpu}\n"
-        "\n## Every round, in the order run\n\n" + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
+        "\n## Every round, in the order run\n\n"
+        + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
         + (f"\n{len(repeated)} disturbed arm run(s) were run again; see packing.json.\n" if repeated else "")
     )
     (args.results_dir / "packing.md").write_text(md, encoding="utf-8")

@@ -44,13 +44,25 @@ TARGETS = {"a/b": 2.0, "a/c": 0.8}
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "wikitext-2", help="holds valid.txt and test.txt")
-    p.add_argument("--work-dir", type=Path, default=BENCH / "work" / "prepare", help="inputs and every arm's output (git-ignored)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "wikitext-2",
+        help="holds valid.txt and test.txt",
+    )
+    p.add_argument(
+        "--work-dir", type=Path, default=BENCH / "work" / "prepare", help="inputs and every arm's output (git-ignored)"
+    )
     p.add_argument("--results-dir", type=Path, default=BENCH / "results")
     p.add_argument("--repeat", type=int, default=9, help="copies of valid+test in the text (9: about 21 MB)")
     p.add_argument("--vocab", type=int, default=8192, help="tokenizer vocabulary size")
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; medians are reported")
-    p.add_argument("--quiet-wait", type=float, default=20.0, help="seconds to wait, before each arm, for other work to use under 0.5 cores")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        help="seconds to wait, before each arm, for other work to use under 0.5 cores",
+    )
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
 
@@ -92,15 +104,31 @@ def run(argv: list[str], arm_dir: Path, quiet_wait: float) -> tuple[str, CpuWind
 
 
 def arm_a(train: Path, heldout: Path, tok: Path, arm_dir: Path, quiet_wait: float) -> dict:
-    argv = [sys.executable, str(BENCH / "throughput" / "prepare_cli.py"), "prepare", "--out", str(arm_dir / "store"),
-            f"data.train_files={train}", f"data.validation_files={heldout}", f"model.tokenizer={tok}"]
+    argv = [
+        sys.executable,
+        str(BENCH / "throughput" / "prepare_cli.py"),
+        "prepare",
+        "--out",
+        str(arm_dir / "store"),
+        f"data.train_files={train}",
+        f"data.validation_files={heldout}",
+        f"model.tokenizer={tok}",
+    ]
     out, window, _ = run(argv, arm_dir, quiet_wait)
     result = json.loads(out.strip().splitlines()[-1])
     return {**result, "command_s": window.wall_s, "other_cores": window.other_cores, "argv": argv}
 
 
 def arm_script(script: str, train: Path, tok: Path, arm_dir: Path, quiet_wait: float, *extra: str) -> dict:
-    argv = [sys.executable, str(BENCH / "baselines" / script), "--train-file", str(train), "--tokenizer", str(tok), *extra]
+    argv = [
+        sys.executable,
+        str(BENCH / "baselines" / script),
+        "--train-file",
+        str(train),
+        "--tokenizer",
+        str(tok),
+        *extra,
+    ]
     out, window, _ = run(argv, arm_dir, quiet_wait)
     result = json.loads(out.strip().splitlines()[-1])
     return {**result, "command_s": window.wall_s, "other_cores": window.other_cores, "argv": argv}
@@ -109,13 +137,31 @@ def arm_script(script: str, train: Path, tok: Path, arm_dir: Path, quiet_wait: f
 def first_step(train: Path, heldout: Path, tok: Path, arm_dir: Path, store: Path | None, quiet_wait: float) -> dict:
     """Seconds from spawning `supertune train` to the end of its first optimizer step."""
     data = [f"data.store={store}"] if store else [f"data.train_files={train}", f"data.validation_files={heldout}"]
-    argv = [*supertune_cli(), "train", "--run-dir", str(arm_dir / "run"), f"model.tokenizer={tok}", *data, "data.block_size=512",
-            "training.max_steps=1", "training.per_device_train_batch_size=8", "training.save_strategy=no",
-            "training.report_to=[]", "training.eval_strategy=no", "generate.max_new_tokens=0", "output.save_model=false"]
+    argv = [
+        *supertune_cli(),
+        "train",
+        "--run-dir",
+        str(arm_dir / "run"),
+        f"model.tokenizer={tok}",
+        *data,
+        "data.block_size=512",
+        "training.max_steps=1",
+        "training.per_device_train_batch_size=8",
+        "training.save_strategy=no",
+        "training.report_to=[]",
+        "training.eval_strategy=no",
+        "generate.max_new_tokens=0",
+        "output.save_model=false",
+    ]
     _, window, spawn = run(argv, arm_dir, quiet_wait)
     rows = [json.loads(x) for x in (arm_dir / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     first = next(r for r in rows if r.get("event") == "first_step")
-    return {"seconds": float(first["unix_time"]) - spawn, "command_s": window.wall_s, "other_cores": window.other_cores, "argv": argv}
+    return {
+        "seconds": float(first["unix_time"]) - spawn,
+        "command_s": window.wall_s,
+        "other_cores": window.other_cores,
+        "argv": argv,
+    }
 
 
 def median(rows: list[dict], key: str) -> float:
@@ -124,7 +170,7 @@ def median(rows: list[dict], key: str) -> float:
 
 def main() -> int:
     args = parse_args()
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     info = machine()
     train, heldout, tok = make_inputs(args.data_dir, args.work_dir, args.repeat, args.vocab)
     arms: dict[str, list[dict]] = {"a": [], "b": [], "c": [], "first_step_files": [], "first_step_store": []}
@@ -180,10 +226,16 @@ def main() -> int:
         "| arm | seconds (in process) | whole command, s | tokens/s | other cores busy |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    names = {"a": "(a) supertune prepare", "b": "(b) run_clm-style map + group_texts, num_proc=2", "c": "(c) encode_batch_fast alone (the limit)"}
+    names = {
+        "a": "(a) supertune prepare",
+        "b": "(b) run_clm-style map + group_texts, num_proc=2",
+        "c": "(c) encode_batch_fast alone (the limit)",
+    }
     for k in ("a", "b", "c"):
         other = statistics.median(x["other_cores"] or 0.0 for x in arms[k])
-        md.append(f"| {names[k]} | {seconds[k]:.2f} | {median(arms[k], 'command_s'):.2f} | {rate[k]:,.0f} | {other:.2f} |")
+        md.append(
+            f"| {names[k]} | {seconds[k]:.2f} | {median(arms[k], 'command_s'):.2f} | {rate[k]:,.0f} | {other:.2f} |"
+        )
     md += [
         "",
         *(f"- {k} = **{v:.2f}** (target >= {TARGETS[k]})" for k, v in ratios.items()),

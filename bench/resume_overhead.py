@@ -32,8 +32,19 @@ def train(run_dir: Path, steps: int, save_steps: int, fault: str | None = None) 
     env.pop("SUPERTUNE_FAULT", None)
     if fault:
         env["SUPERTUNE_FAULT"] = fault
-    argv = [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), f"training.max_steps={steps}",
-            f"training.save_steps={save_steps}", "training.logging_steps=1", "generate.max_new_tokens=0", "output.save_model=false"]
+    argv = [
+        sys.executable,
+        "-m",
+        "supertune",
+        "train",
+        "--run-dir",
+        str(run_dir),
+        f"training.max_steps={steps}",
+        f"training.save_steps={save_steps}",
+        "training.logging_steps=1",
+        "generate.max_new_tokens=0",
+        "output.save_model=false",
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True).returncode
 
 
@@ -55,7 +66,9 @@ def main() -> int:
             assert train(a, args.steps, args.kill_step // 2) == 0, "fresh run failed"
             fresh.append(first_steps(a)[0]["since_process_start_s"])
             b = Path(tmp) / f"resume-{r}"
-            assert train(b, args.steps, args.kill_step // 2, fault=f"step@{args.kill_step}") == -9, "the kill did not happen"
+            assert train(b, args.steps, args.kill_step // 2, fault=f"step@{args.kill_step}") == -9, (
+                "the kill did not happen"
+            )
             newest = (b / "checkpoints" / "latest").read_text().strip()
             checkpoint_mb = sum(p.stat().st_size for p in (b / "checkpoints" / newest).rglob("*") if p.is_file()) / 1e6
             assert train(b, args.steps, args.kill_step // 2) == 0, "resumed run failed"
@@ -76,8 +89,10 @@ def main() -> int:
         "ratio_b_over_a": b_med / a_med,
         "overhead_s": b_med - a_med,
     }
-    print(f"b/a time to first step {result['ratio_b_over_a']:.2f}x; resume overhead {result['overhead_s']:+.2f} s "
-          f"(medians of {args.rounds}: fresh {a_med:.2f} s, resumed {b_med:.2f} s; checkpoint {checkpoint_mb:.1f} MB)")
+    print(
+        f"b/a time to first step {result['ratio_b_over_a']:.2f}x; resume overhead {result['overhead_s']:+.2f} s "
+        f"(medians of {args.rounds}: fresh {a_med:.2f} s, resumed {b_med:.2f} s; checkpoint {checkpoint_mb:.1f} MB)"
+    )
     out = BENCH / "results"
     out.mkdir(exist_ok=True)
     (out / "resume_overhead.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -39,15 +39,28 @@ REPO = BENCH.parent
 RESULTS = BENCH / "results"
 FIGURES = ("tokens_per_s", "speedup", "efficiency", "train_time_s", "eval_loss")
 # The Slurm jobs are not this process's children: their CPU time is in the machine's, not the sweep's own.
-LOAD_NAMES = {"local": "other load on the machine while the sweep ran", "slurm": "busy cores on the machine while the sweep ran, its jobs included"}
+LOAD_NAMES = {
+    "local": "other load on the machine while the sweep ran",
+    "slurm": "busy cores on the machine while the sweep ran, its jobs included",
+}
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="sweeps of each kind; the table is the median round's (default: %(default)s)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="sweeps of each kind; the table is the median round's (default: %(default)s)",
+    )
     p.add_argument("--skip-slurm", action="store_true", help="only the local sweep")
-    p.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for other work to leave the cores free before each sweep")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60,
+        help="seconds to wait for other work to leave the cores free before each sweep",
+    )
     p.add_argument("--no-write", action="store_true", help="print only; write nothing to bench/results")
     return p.parse_args()
 
@@ -61,10 +74,19 @@ def run_overrides(steps: int) -> list[str]:
 
 
 def supertune(*args: str, env: dict[str, str] | None = None, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
-def sweep(kind: str, sweep_args: list[str], sweep_dir: Path, env: dict[str, str], quiet_wait: float) -> dict[str, object]:
+def sweep(
+    kind: str, sweep_args: list[str], sweep_dir: Path, env: dict[str, str], quiet_wait: float
+) -> dict[str, object]:
     """One sweep and its report; its table rows, the load beside it and where its report is."""
     work = sweep_dir.parent
     quiet = wait_until_quiet(quiet_wait)
@@ -95,7 +117,9 @@ def sweep(kind: str, sweep_args: list[str], sweep_dir: Path, env: dict[str, str]
     }
 
 
-def rounds(kind: str, sweep_args: list[str], work: Path, env: dict[str, str], args: argparse.Namespace) -> dict[str, object]:
+def rounds(
+    kind: str, sweep_args: list[str], work: Path, env: dict[str, str], args: argparse.Namespace
+) -> dict[str, object]:
     """args.rounds sweeps; the median round (by the speedup of 2 devices) with every round's speedup beside it."""
     done = []
     for i in range(1, args.rounds + 1):
@@ -105,7 +129,11 @@ def rounds(kind: str, sweep_args: list[str], work: Path, env: dict[str, str], ar
     median = ordered[len(ordered) // 2]
     median["round"] = done.index(median) + 1
     median["every_round"] = [
-        {"speedup": r["rows"][1]["speedup"], "tokens_per_s": [row["tokens_per_s"] for row in r["rows"]], "other_load_cores": r["other_load_cores"]}
+        {
+            "speedup": r["rows"][1]["speedup"],
+            "tokens_per_s": [row["tokens_per_s"] for row in r["rows"]],
+            "other_load_cores": r["other_load_cores"],
+        }
         for r in done
     ]
     return median
@@ -170,7 +198,9 @@ def write_results(results: dict[str, dict[str, object]], args: argparse.Namespac
         "rounds": args.rounds,
         "machine": machine(),
         "versions": versions(),
-        "sweeps": {k: {key: v for key, v in r.items() if key not in ("report_dir", "table")} for k, r in results.items()},
+        "sweeps": {
+            k: {key: v for key, v in r.items() if key not in ("report_dir", "table")} for k, r in results.items()
+        },
     }
     (RESULTS / "scaling.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     (RESULTS / "scaling.md").write_text(markdown(record, results), encoding="utf-8")
@@ -209,8 +239,7 @@ def markdown(record: dict[str, object], results: dict[str, dict[str, object]]) -
             f"- step time {r['step_time_s'][0]:.3f} s -> {r['step_time_s'][1]:.3f} s; data-wait share "
             f"{r['data_wait_share'][0]:.1%} -> {r['data_wait_share'][1]:.1%}; "
             f"{r['tflops_per_device'][0]:.3f} -> {r['tflops_per_device'][1]:.3f} TFLOP/s per device",
-            f"- {LOAD_NAMES[kind]}: "
-            f"{r['other_load_cores']} cores (before it: {r['other_load_before_cores']})",
+            f"- {LOAD_NAMES[kind]}: {r['other_load_cores']} cores (before it: {r['other_load_before_cores']})",
             "",
             f"![speedup]({'scaling/' + kind}/speedup.png) ![tokens per device]({'scaling/' + kind}/tokens_per_device.png) "
             f"![loss]({'scaling/' + kind}/loss.png)",
@@ -221,7 +250,8 @@ def markdown(record: dict[str, object], results: dict[str, dict[str, object]]) -
         f"other work shared them ({busy} cores busy beside the local sweep; the Slurm figure above counts its own jobs "
         "too): the 2-device runs did not have both "
         "cores to themselves, which caps their speedup below what an idle machine gives"
-        if busy > 0.3 else "the machine was otherwise idle while the local sweep ran"
+        if busy > 0.3
+        else "the machine was otherwise idle while the local sweep ran"
     )
     lines += [
         "Reading it: the eval losses agree because every scale runs the same optimisation (the same 16 sequences "

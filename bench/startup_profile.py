@@ -32,13 +32,19 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "wikitext-2")
     p.add_argument("--work-dir", type=Path, default=BENCH / "work")
     p.add_argument("--rounds", type=int, default=2, help="runs per arm; the table shows medians")
-    p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most for idle CPUs before each run")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's own, one per core)")
+    p.add_argument(
+        "--quiet-wait", type=float, default=15.0, help="seconds to wait at most for idle CPUs before each run"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per run (default: torch's own, one per core)"
+    )
     p.add_argument("--imports", action="store_true", help="also list the costliest imports (python -X importtime)")
     return p.parse_args()
 
 
-def run_phases(mode: str, arm_key: str, prepared, settings: BenchSettings, arm_dir: Path, quiet_wait: float) -> tuple[list, float | None]:
+def run_phases(
+    mode: str, arm_key: str, prepared, settings: BenchSettings, arm_dir: Path, quiet_wait: float
+) -> tuple[list, float | None]:
     """One cold run of an arm up to step 1; its marks and the cores other processes used meanwhile."""
     arm_dir.mkdir(parents=True)
     arm_argv = ARMS[arm_key].argv(prepared, settings, arm_dir)
@@ -53,7 +59,12 @@ def run_phases(mode: str, arm_key: str, prepared, settings: BenchSettings, arm_d
     window.start()
     env["BENCH_SPAWN_TIME"] = repr(time.time())
     with (arm_dir / "output.log").open("wb") as log:
-        code = subprocess.call([sys.executable, "-m", "throughput.phases", mode, str(out), *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+        code = subprocess.call(
+            [sys.executable, "-m", "throughput.phases", mode, str(out), *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     window.stop()
     if code != 0 or not out.is_file():
         raise SystemExit(f"startup_profile: {mode} failed ({code}); see {arm_dir / 'output.log'}")

@@ -50,12 +50,21 @@ PACKAGES = [
 def parse_args() -> argparse.Namespace:
     defaults = BenchSettings()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "wikitext-2", help="holds valid.txt and test.txt")
-    p.add_argument("--work-dir", type=Path, default=BENCH / "work", help="prepared inputs and every arm's run (git-ignored)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "wikitext-2",
+        help="holds valid.txt and test.txt",
+    )
+    p.add_argument(
+        "--work-dir", type=Path, default=BENCH / "work", help="prepared inputs and every arm's run (git-ignored)"
+    )
     p.add_argument("--results-dir", type=Path, default=BENCH / "results", help="where train_throughput.json/.md go")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps per arm")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
     p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
     p.add_argument(
@@ -71,14 +80,18 @@ def parse_args() -> argparse.Namespace:
         help="an arm run during which other processes kept more cores than this busy is run again (see --retries); "
         "default: the cores the arm's threads leave free, plus 0.5",
     )
-    p.add_argument("--retries", type=int, default=1, help="how often a disturbed arm run is repeated; the last attempt counts")
+    p.add_argument(
+        "--retries", type=int, default=1, help="how often a disturbed arm run is repeated; the last attempt counts"
+    )
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
 
 
 def warm_up(env_python: str) -> None:
     """Import the heavy libraries once so the first arm does not pay cold disk reads the others would not."""
-    code = "import torch, datasets, numpy; from transformers import Trainer, LlamaForCausalLM; import supertune.cli.main"
+    code = (
+        "import torch, datasets, numpy; from transformers import Trainer, LlamaForCausalLM; import supertune.cli.main"
+    )
     subprocess.run([env_python, "-c", code], check=True, stdout=subprocess.DEVNULL)
 
 
@@ -173,7 +186,17 @@ def main() -> int:
     print("\n".join(lines))
     if not args.no_write:
         write_results(
-            args, settings, prepared, rounds, repeated, summary, table, lines, commands, machine_info, time.time() - started
+            args,
+            settings,
+            prepared,
+            rounds,
+            repeated,
+            summary,
+            table,
+            lines,
+            commands,
+            machine_info,
+            time.time() - started,
         )
     return 0
 
@@ -203,7 +226,7 @@ def write_results(
 ) -> None:
     results_dir = args.results_dir
     results_dir.mkdir(parents=True, exist_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     command = relative([sys.executable, *sys.argv])
     data = {
         "date": date,
@@ -235,7 +258,8 @@ def write_results(
         "Time to first step: process spawn to the end of optimizer step 1. Effective tok/s: non-pad tokens of steps "
         "2..N over their wall time. See bench/README.md.\n\n"
         f"```\n{command}\n```\n\n" + table + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
-        "\n## Every round, in the order run\n\n" + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
+        "\n## Every round, in the order run\n\n"
+        + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
         + (
             f"\n{len(repeated)} arm run(s) during which other processes kept more than {args.max_other_load} cores busy "
             "were run again; they are listed in train_throughput.json under disturbed_runs_repeated.\n"
@@ -244,7 +268,9 @@ def write_results(
         )
     )
     (results_dir / "train_throughput.md").write_text(md, encoding="utf-8")
-    print(f"\ntrain_throughput: wrote {results_dir / 'train_throughput.json'} and {results_dir / 'train_throughput.md'}")
+    print(
+        f"\ntrain_throughput: wrote {results_dir / 'train_throughput.json'} and {results_dir / 'train_throughput.md'}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,11 +35,24 @@ def write_tokenizer(path: Path, variant: int = 0) -> None:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(path / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+    }
     (path / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def save_model(path: Path, seed: int, dtype: torch.dtype = torch.float32, shard: str | None = None, tokenizer: int | None = 0, **config) -> Path:
+def save_model(
+    path: Path,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    shard: str | None = None,
+    tokenizer: int | None = 0,
+    **config,
+) -> Path:
     """A tiny Llama with its own random weights, saved by transformers (sharded when `shard` is a size such as '20KB')."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -56,8 +69,18 @@ def save_model(path: Path, seed: int, dtype: torch.dtype = torch.float32, shard:
 
 def make_checkpoint(path: Path, tokens: int, samples: int, step: int = 10) -> Path:
     """Give a saved model directory the manifest of a supertune checkpoint (sizes and sha256 of its files)."""
-    write_manifest(path, CheckpointManifest(step=step, tokens_seen=tokens, samples_seen=samples, world_size=1,
-                                            global_batch=8, epoch=0.5, files=file_digests(path)))
+    write_manifest(
+        path,
+        CheckpointManifest(
+            step=step,
+            tokens_seen=tokens,
+            samples_seen=samples,
+            world_size=1,
+            global_batch=8,
+            epoch=0.5,
+            files=file_digests(path),
+        ),
+    )
     return path
 
 
@@ -67,7 +90,10 @@ def save_adapter(path: Path, base: Path, seed: int, r: int = 4, alpha: int = 8, 
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=["q_proj", "v_proj"], **lora))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=r, lora_alpha=alpha, target_modules=["q_proj", "v_proj"], **lora),
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_" in name:
@@ -94,7 +120,12 @@ def tensors(directory: Path) -> dict[str, np.ndarray]:
 
 def dtypes(directory: Path) -> set[torch.dtype]:
     directory = Path(directory)
-    return {t.dtype for f in directory.glob("*.safetensors") if f.name != "server-momentum.safetensors" for t in load_file(f).values()}
+    return {
+        t.dtype
+        for f in directory.glob("*.safetensors")
+        if f.name != "server-momentum.safetensors"
+        for t in load_file(f).values()
+    }
 
 
 # -- how MODEL arguments are resolved --------------------------------------------------------------

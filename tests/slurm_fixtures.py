@@ -47,8 +47,10 @@ def _check_prerequisites() -> None:
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"])
     missing = [t for t in ("slurmctld", "slurmd", "sbatch", "munged") if shutil.which(t, path=search) is None]
     if missing:
-        _unavailable(f"{', '.join(missing)} not installed: run `bash tests/cluster/install.sh` as root "
-                     "(scripts/test.sh does it when run as root)")
+        _unavailable(
+            f"{', '.join(missing)} not installed: run `bash tests/cluster/install.sh` as root "
+            "(scripts/test.sh does it when run as root)"
+        )
 
 
 def _cluster(mode: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
@@ -88,6 +90,10 @@ def slurm_client(slurm_single: SlurmCluster, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def supertune(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def supertune(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """The supertune CLI in a child process, output captured."""
-    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from average_models import dtypes, make_checkpoint, save_adapter, save_model, tensors
 
-from supertune.cli.main import main
+from average_models import dtypes, make_checkpoint, save_adapter, save_model, tensors
 from supertune.averaging import AVERAGE_MANIFEST, ServerStep, average_checkpoints, read_average_manifest
+from supertune.cli.main import main
 from supertune.weight_files.dtypes import narrow
 
 
@@ -40,7 +40,10 @@ def checkpoints(tmp_path_factory):
     """Three sharded fp32 checkpoints with different tokens and samples seen."""
     root = tmp_path_factory.mktemp("ckpts")
     counts = [(1000, 10), (3000, 90), (6000, 20)]
-    return [make_checkpoint(save_model(root / f"c{i}", 10 + i, shard="20KB"), tokens=t, samples=s) for i, (t, s) in enumerate(counts)]
+    return [
+        make_checkpoint(save_model(root / f"c{i}", 10 + i, shard="20KB"), tokens=t, samples=s)
+        for i, (t, s) in enumerate(counts)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -90,10 +93,14 @@ def test_fp32_inputs_written_as_bf16_and_fp16(checkpoints, tmp_path):
 
 def test_narrowing_matches_torch_bit_for_bit():
     rng = np.random.default_rng(0)
-    values = np.concatenate([
-        rng.standard_normal(100_000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 100_000),
-        np.array([0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.0e38, -3.0e38, 1e-45, 65504.0, 65520.0], dtype=np.float32),
-    ]).astype(np.float32)
+    values = np.concatenate(
+        [
+            rng.standard_normal(100_000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 100_000),
+            np.array(
+                [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.0e38, -3.0e38, 1e-45, 65504.0, 65520.0], dtype=np.float32
+            ),
+        ]
+    ).astype(np.float32)
     scratch, out16 = np.empty(values.size, np.uint32), np.empty(values.size, np.uint16)
     bf16, _ = narrow(values, "BF16", scratch, out16)
     assert np.array_equal(bf16, torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
@@ -125,7 +132,11 @@ def test_adapters_average_as_tensors_and_load_with_peft(adapters, tmp_path):
     out = tmp_path / "avg"
     assert average(*inputs, "--out", out, "--weights", "3,1") == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "adapter_config.json", "adapter_model.safetensors", AVERAGE_MANIFEST, "tokenizer.json", "tokenizer_config.json",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        AVERAGE_MANIFEST,
+        "tokenizer.json",
+        "tokenizer_config.json",
     ]
     assert_close(out, expected(inputs, [3, 1]), rtol=1e-6, atol=1e-8)
     assert read_average_manifest(out).kind == "adapter"
@@ -148,7 +159,9 @@ def test_merge_first_averages_the_merged_models(adapters, tmp_path):
     got = tensors(out)
     assert set(got) == set(tensors(base))
     for name, value in got.items():
-        np.testing.assert_allclose(value, 0.75 * merged[0][name] + 0.25 * merged[1][name], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            value, 0.75 * merged[0][name] + 0.25 * merged[1][name], rtol=1e-5, atol=1e-6, err_msg=name
+        )
     changed = "model.layers.0.self_attn.q_proj.weight"
     assert not np.allclose(got[changed], tensors(base)[changed])
     assert read_average_manifest(out).kind == "merged" and not any("lora" in k for k in got)
@@ -177,7 +190,9 @@ def test_server_momentum_over_two_rounds_matches_a_hand_computation(tmp_path):
     g2 = {k: g1[k] + lr * v2[k] for k in g}
     assert_close(tmp_path / "g1", g1, rtol=1e-5, atol=1e-6)
     assert_close(tmp_path / "g2", g2, rtol=1e-5, atol=1e-6)
-    momentum = {k: v.to(torch.float64).numpy() for k, v in load_file(tmp_path / "g2" / "server-momentum.safetensors").items()}
+    momentum = {
+        k: v.to(torch.float64).numpy() for k, v in load_file(tmp_path / "g2" / "server-momentum.safetensors").items()
+    }
     for k in g:
         np.testing.assert_allclose(momentum[k], v2[k], rtol=1e-4, atol=1e-6, err_msg=k)
     from transformers import AutoModelForCausalLM
@@ -194,7 +209,9 @@ def test_server_momentum_file_can_live_outside_the_output(tmp_path):
     assert state.is_file() and not (tmp_path / "g1" / "server-momentum.safetensors").exists()
     first = state.read_bytes()
     # the next round reads and replaces the same file
-    assert average(*inputs, "--out", tmp_path / "g2", *args[:3], tmp_path / "g1", *args[4:], "--momentum-in", state) == 0
+    assert (
+        average(*inputs, "--out", tmp_path / "g2", *args[:3], tmp_path / "g1", *args[4:], "--momentum-in", state) == 0
+    )
     assert state.read_bytes() != first
     assert not list(state.parent.glob(".*partial*"))
 
@@ -206,9 +223,27 @@ def test_training_runs_average_into_a_model_that_loads_and_evaluates(tmp_path, c
     runs = []
     for seed in (1, 2):
         run = tmp_path / f"site{seed}"
-        quick = ["training.max_steps=3", "training.save_steps=2", "generate.max_new_tokens=0", "training.report_to=[]",
-                 "data.max_train_samples=400", "data.max_eval_samples=16"]
-        assert main(["train", "--run-dir", str(run), f"training.seed={seed}", f"training.per_device_train_batch_size={4 * seed}", *quick]) == 0
+        quick = [
+            "training.max_steps=3",
+            "training.save_steps=2",
+            "generate.max_new_tokens=0",
+            "training.report_to=[]",
+            "data.max_train_samples=400",
+            "data.max_eval_samples=16",
+        ]
+        assert (
+            main(
+                [
+                    "train",
+                    "--run-dir",
+                    str(run),
+                    f"training.seed={seed}",
+                    f"training.per_device_train_batch_size={4 * seed}",
+                    *quick,
+                ]
+            )
+            == 0
+        )
         runs.append(run)
     out = tmp_path / "avg"
     assert average(*runs, "--out", out) == 0
@@ -216,7 +251,9 @@ def test_training_runs_average_into_a_model_that_loads_and_evaluates(tmp_path, c
     summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
     assert [i["tokens"] for i in manifest.inputs] == [s["train_tokens"] for s in summaries]
     assert manifest.inputs[0]["tokens_source"] == "run summary.json train_tokens"
-    assert_close(out, expected([r / "model" for r in runs], [s["train_tokens"] for s in summaries]), rtol=1e-6, atol=1e-7)
+    assert_close(
+        out, expected([r / "model" for r in runs], [s["train_tokens"] for s in summaries]), rtol=1e-6, atol=1e-7
+    )
     # a checkpoint of one run with the other run: tokens from the checkpoint manifest
     assert average(runs[0] / "checkpoints" / "checkpoint-2", runs[1], "--out", tmp_path / "mixed") == 0
     assert read_average_manifest(tmp_path / "mixed").inputs[0]["tokens_source"] == "checkpoint manifest tokens_seen"

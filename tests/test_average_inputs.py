@@ -8,8 +8,8 @@ import json
 import pytest
 
 from average_models import make_checkpoint, save_model, tensors
-from supertune.errors import UserError
 from supertune.averaging import resolve_input
+from supertune.errors import UserError
 
 
 def test_a_checkpoint_gives_tokens_and_samples_from_its_manifest(tmp_path):

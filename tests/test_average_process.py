@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+
 from average_models import make_checkpoint, save_model, tensors
 
 MB = 10**6
@@ -36,7 +37,13 @@ PEAK_RSS = textwrap.dedent(
 def run_average(*argv, env_extra=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_FAULT")}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "supertune", "average", *map(str, argv)], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", "average", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -54,13 +61,21 @@ def test_peak_memory_stays_near_a_few_slices(big_tmp):
         path = tmp_path / f"m{k}"
         path.mkdir()
         ramp = np.arange(TENSOR_ELEMENTS, dtype=np.float32) * np.float32(1e-8)
-        save_file({f"layer{i}.weight": ramp + np.float32(k + i) for i in range(TENSORS)}, path / "model.safetensors", metadata={"format": "pt"})
-        (path / "config.json").write_text(json.dumps({"architectures": ["Test"], "model_type": "test", "hidden_size": 4}))
+        save_file(
+            {f"layer{i}.weight": ramp + np.float32(k + i) for i in range(TENSORS)},
+            path / "model.safetensors",
+            metadata={"format": "pt"},
+        )
+        (path / "config.json").write_text(
+            json.dumps({"architectures": ["Test"], "model_type": "test", "hidden_size": 4})
+        )
         inputs.append(path)
     out = tmp_path / "avg"
     proc = subprocess.run(
         [sys.executable, "-c", PEAK_RSS, *map(str, inputs), "--out", str(out), "--weights", "1,1,2"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     peak = int(proc.stdout.split("peak_rss_kb")[-1]) * 1024
@@ -82,7 +97,10 @@ def test_peak_memory_stays_near_a_few_slices(big_tmp):
 
 @pytest.mark.parametrize("point", ["average.tensor@5", "average.written@0"])
 def test_a_killed_average_leaves_nothing_complete_and_the_same_command_works(tmp_path, point):
-    inputs = [make_checkpoint(save_model(tmp_path / f"c{i}", i, shard="20KB"), tokens=100 * (i + 1), samples=i + 1) for i in range(3)]
+    inputs = [
+        make_checkpoint(save_model(tmp_path / f"c{i}", i, shard="20KB"), tokens=100 * (i + 1), samples=i + 1)
+        for i in range(3)
+    ]
     out = tmp_path / "out" / "avg"
     argv = [*inputs, "--out", out, "--max-shard-size", "30KB"]
     killed = run_average(*argv, env_extra={"SUPERTUNE_FAULT": point})
@@ -96,4 +114,6 @@ def test_a_killed_average_leaves_nothing_complete_and_the_same_command_works(tmp
     want = [tensors(p) for p in inputs]
     got = tensors(out)
     for name in got:
-        np.testing.assert_allclose(got[name], (100 * want[0][name] + 200 * want[1][name] + 300 * want[2][name]) / 600, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            got[name], (100 * want[0][name] + 200 * want[1][name] + 300 * want[2][name]) / 600, rtol=1e-6, atol=1e-7
+        )

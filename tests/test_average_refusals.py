@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 from safetensors.numpy import load_file, save_file
-from average_models import make_checkpoint, save_adapter, save_model
 
+from average_models import make_checkpoint, save_adapter, save_model
 from supertune.cli.main import main
 
 
@@ -68,7 +68,9 @@ def test_an_output_that_exists(capsys, tmp_path, models):
 def test_a_different_architecture(capsys, tmp_path, models):
     other = make_checkpoint(save_model(tmp_path / "wide", 3, hidden_size=64, intermediate_size=128), 10, 1)
     line = refused(capsys, tmp_path / "o", models[0], other, out=tmp_path / "o" / "avg")
-    assert "input 2" in line and "config.json differs from input 1's in" in line and "hidden_size 64 (input 1: 32)" in line
+    assert (
+        "input 2" in line and "config.json differs from input 1's in" in line and "hidden_size 64 (input 1: 32)" in line
+    )
 
 
 def test_different_tensor_names(capsys, tmp_path, models):
@@ -80,7 +82,12 @@ def test_different_tensor_names(capsys, tmp_path, models):
 def test_different_dtypes(capsys, tmp_path, models):
     other = save_model(tmp_path / "bf16", 5, dtype=torch.bfloat16)
     line = refused(capsys, tmp_path / "o", models[0], other, "--weights", "uniform", out=tmp_path / "o" / "avg")
-    assert "input 2" in line and "differ in dtype" in line and "is BF16 [96, 32] against F32 [96, 32]" in line and "convert" in line
+    assert (
+        "input 2" in line
+        and "differ in dtype" in line
+        and "is BF16 [96, 32] against F32 [96, 32]" in line
+        and "convert" in line
+    )
 
 
 def test_different_tokenizers(capsys, tmp_path, models):
@@ -105,7 +112,12 @@ def test_nan_or_inf_in_an_input_names_the_tensor_and_the_input(capsys, tmp_path,
 
 @pytest.mark.parametrize(
     "weights, message",
-    [("1,-1", "must be finite and not negative"), ("0,0", "every weight is zero"), ("1,2,3", "3 numbers for 2 inputs"), ("many", "neither tokens")],
+    [
+        ("1,-1", "must be finite and not negative"),
+        ("0,0", "every weight is zero"),
+        ("1,2,3", "3 numbers for 2 inputs"),
+        ("many", "neither tokens"),
+    ],
 )
 def test_bad_weights(capsys, tmp_path, models, weights, message):
     assert message in refused(capsys, tmp_path, *models, "--weights", weights)
@@ -135,7 +147,9 @@ def test_a_damaged_checkpoint(capsys, tmp_path, models):
 
 def test_values_beyond_fp16(capsys, tmp_path, models):
     big = copy_model(models[1], tmp_path / "big", change=lambda n, v: v * 1e6 if n == "lm_head.weight" else v)
-    line = refused(capsys, tmp_path / "o", models[0], big, "--weights", "uniform", "--dtype", "fp16", out=tmp_path / "o" / "avg")
+    line = refused(
+        capsys, tmp_path / "o", models[0], big, "--weights", "uniform", "--dtype", "fp16", out=tmp_path / "o" / "avg"
+    )
     assert "lm_head.weight" in line and "use --dtype bf16 or fp32" in line
 
 
@@ -146,21 +160,37 @@ def test_integer_tensors_that_differ(capsys, tmp_path, models):
         tensors = load_file(path / "model.safetensors")
         tensors["model.step_counter"] = np.array([value], dtype=np.int64)
         save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
-    assert "is not floating point and differs" in refused(capsys, tmp_path / "o", a, b, "--weights", "uniform", out=tmp_path / "o" / "avg")
+    assert "is not floating point and differs" in refused(
+        capsys, tmp_path / "o", a, b, "--weights", "uniform", out=tmp_path / "o" / "avg"
+    )
 
 
 def test_flags_that_need_another_flag(capsys, tmp_path, models):
     assert "--merge-first and --base go together" in refused(capsys, tmp_path, *models, "--merge-first")
     assert "--server-momentum needs --global-model" in refused(capsys, tmp_path, *models, "--server-momentum", "0.9")
-    assert "must be in [0, 1)" in refused(capsys, tmp_path, *models, "--global-model", models[0], "--server-momentum", "1.5")
+    assert "must be in [0, 1)" in refused(
+        capsys, tmp_path, *models, "--global-model", models[0], "--server-momentum", "1.5"
+    )
     assert "--max-shard-size" in refused(capsys, tmp_path, *models, "--max-shard-size", "lots")
 
 
 def test_merge_first_with_full_models_or_a_foreign_base(capsys, tmp_path, models):
     adapters = [save_adapter(tmp_path / f"lora{i}", models[0], seed=i) for i in range(2)]
-    assert "are full models, not LoRA adapters" in refused(capsys, tmp_path / "o", *models, "--merge-first", "--base", models[0], out=tmp_path / "o" / "avg")
+    assert "are full models, not LoRA adapters" in refused(
+        capsys, tmp_path / "o", *models, "--merge-first", "--base", models[0], out=tmp_path / "o" / "avg"
+    )
     wide = save_model(tmp_path / "wide", 3, hidden_size=64, intermediate_size=128)
-    line = refused(capsys, tmp_path / "o", *adapters, "--weights", "uniform", "--merge-first", "--base", wide, out=tmp_path / "o" / "avg")
+    line = refused(
+        capsys,
+        tmp_path / "o",
+        *adapters,
+        "--weights",
+        "uniform",
+        "--merge-first",
+        "--base",
+        wide,
+        out=tmp_path / "o" / "avg",
+    )
     assert "do not fit base tensor" in line
 
 

@@ -14,14 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from average_models import save_model
 
+from average_models import save_model
 from supertune.checkpoints.manifest import MODEL_MANIFEST_FILE, write_model_manifest
 from supertune.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-
-
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -86,7 +84,10 @@ VALUES = [
     (["training.warmup_steps=1e999"], "training.warmup_steps: '1e999' is not a finite number"),
     (["generate.temperature=nan"], "generate.temperature: 'nan' is not a finite number"),
     (["training.seed=-1"], "training.seed: -1 is not a seed"),
-    (["training.optim=adamw_torchh"], "training.optim: 'adamw_torchh' is not an optimizer transformers knows (did you mean adamw_torch?)"),
+    (
+        ["training.optim=adamw_torchh"],
+        "training.optim: 'adamw_torchh' is not an optimizer transformers knows (did you mean adamw_torch?)",
+    ),
     (["data.template={text:>{width}}"], "data.template: {text:>{width}} has a format spec"),
     (["output.name=" + "n" * 300], "output.name: 300 bytes long"),
     (["model.lora.enabled=true", "model.lora.r=100000"], "model.lora.r: 100000 is above 65536"),
@@ -115,7 +116,9 @@ def test_generate_arguments_are_checked_before_the_model_loads(capsys, model, ar
 
 
 def test_a_closed_pipe_ends_quietly():
-    proc = subprocess.run(f"{sys.executable} -m supertune config keys | head -1", shell=True, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        f"{sys.executable} -m supertune config keys | head -1", shell=True, capture_output=True, text=True, timeout=60
+    )
     assert proc.stdout.startswith("  model.")
     assert proc.stderr == ""
 
@@ -133,7 +136,11 @@ DAMAGE = {
 @pytest.mark.parametrize("command", ["train", "eval", "generate"])
 def test_a_damaged_model_is_named_by_every_command(capsys, model, tmp_path, how, command):
     path = damaged(model, tmp_path, how)
-    argv = {"train": ["train", f"model.name_or_path={path}", f"output.runs_root={tmp_path}/runs"], "eval": ["eval", str(path)], "generate": ["generate", str(path)]}
+    argv = {
+        "train": ["train", f"model.name_or_path={path}", f"output.runs_root={tmp_path}/runs"],
+        "eval": ["eval", str(path)],
+        "generate": ["generate", str(path)],
+    }
     message = refused(capsys, *argv[command])
     assert str(path) in message and DAMAGE[how] in message and "damaged" in message
     assert not (tmp_path / "runs").exists()
@@ -142,7 +149,9 @@ def test_a_damaged_model_is_named_by_every_command(capsys, model, tmp_path, how,
 # 3. Runs that went on with garbage.
 def test_a_model_without_tokenizer_files_is_refused(capsys, model, tmp_path):
     path = damaged(model, tmp_path, "no-tokenizer")
-    assert "holds no tokenizer" in refused(capsys, "train", f"model.name_or_path={path}", "data.block_size=32", f"output.runs_root={tmp_path}/runs")
+    assert "holds no tokenizer" in refused(
+        capsys, "train", f"model.name_or_path={path}", "data.block_size=32", f"output.runs_root={tmp_path}/runs"
+    )
     assert "holds no tokenizer" in refused(capsys, "generate", str(path))
     assert not (tmp_path / "runs").exists()
 
@@ -154,9 +163,17 @@ def test_a_tokenizer_without_vocabulary_is_refused_before_the_first_step(capsys,
     tok = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1}, unk_token="<unk>"))
     (tmp_path / "tok").mkdir()
     tok.save(str(tmp_path / "tok" / "tokenizer.json"))
-    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "unk_token": "<unk>"}))
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "unk_token": "<unk>"})
+    )
     (tmp_path / "tok" / "special_tokens_map.json").write_text(json.dumps({"eos_token": "</s>", "unk_token": "<unk>"}))
-    message = refused(capsys, "train", f"model.tokenizer={tmp_path}/tok", f"output.runs_root={tmp_path}/runs", "model.config_overrides=num_hidden_layers=1")
+    message = refused(
+        capsys,
+        "train",
+        f"model.tokenizer={tmp_path}/tok",
+        f"output.runs_root={tmp_path}/runs",
+        "model.config_overrides=num_hidden_layers=1",
+    )
     assert message.startswith("model.tokenizer: the tokenizer of") and "has no vocabulary" in message
 
 
@@ -182,13 +199,22 @@ def test_ids_beyond_the_embedding_rows_grow_the_model_or_are_refused(capsys, mod
 
 
 YAML = [
-    ("slurm:\n  time: 1:00\n", 'slurm.time at line 2: YAML 1.1 reads the unquoted 1:00 as the base-60 number 60; quote it (time: "1:00")'),
+    (
+        "slurm:\n  time: 1:00\n",
+        'slurm.time at line 2: YAML 1.1 reads the unquoted 1:00 as the base-60 number 60; quote it (time: "1:00")',
+    ),
     ("slurm:\n  time: 12:00:00\n", "the unquoted 12:00:00 as the base-60 number 43200"),
-    ("training:\n  max_steps: 5\n  max_steps: 7\n", "training.max_steps at line 3: the key is given twice (first at line 2)"),
+    (
+        "training:\n  max_steps: 5\n  max_steps: 7\n",
+        "training.max_steps at line 3: the key is given twice (first at line 2)",
+    ),
     ("on: 3\n", "on: unknown key"),
     ("model:\n  config_overrides: &x\n    k: *x\n", "an alias refers to the value that contains it"),
     ("a: " + "[" * 200 + "]" * 200 + "\n", "nested deeper than 40 levels"),
-    ("slurm:\n  partition: yes\n", "slurm.partition: expected a string, got True (YAML reads an unquoted yes/no/on/off/true/false as a boolean"),
+    (
+        "slurm:\n  partition: yes\n",
+        "slurm.partition: expected a string, got True (YAML reads an unquoted yes/no/on/off/true/false as a boolean",
+    ),
 ]
 
 
@@ -219,7 +245,9 @@ def test_a_template_column_missing_in_most_rows_is_refused_before_the_first_step
         "data.template=Write: {text}", f"output.runs_root={tmp_path}/runs", "model.config_overrides=num_hidden_layers=1",
     )  # fmt: skip
     assert message.startswith("data.template: {text} missing or empty in 6 of the first 7 training rows")
-    assert not list((tmp_path / "runs").glob("*/checkpoints/*")) and not list((tmp_path / "runs").glob("*/summary.json"))
+    assert not list((tmp_path / "runs").glob("*/checkpoints/*")) and not list(
+        (tmp_path / "runs").glob("*/summary.json")
+    )
 
 
 def test_sequences_and_ranks_beyond_a_local_models_sizes_are_refused(capsys, model, tmp_path):
@@ -228,21 +256,33 @@ def test_sequences_and_ranks_beyond_a_local_models_sizes_are_refused(capsys, mod
     assert refused(capsys, "train", f"model.name_or_path={model}", "data.block_size=128", runs).startswith(
         "data.block_size: 128 tokens per sequence, but the model has 64 positions"
     )
-    assert refused(capsys, "train", f"model.name_or_path={model}", "data.block_size=32", "model.lora.enabled=true", "model.lora.r=100", runs) == (
-        "model.lora.r: 100 is above the model's width (32); a LoRA rank is at most that, usually 4 to 64"
-    )
+    assert refused(
+        capsys,
+        "train",
+        f"model.name_or_path={model}",
+        "data.block_size=32",
+        "model.lora.enabled=true",
+        "model.lora.r=100",
+        runs,
+    ) == ("model.lora.r: 100 is above the model's width (32); a LoRA rank is at most that, usually 4 to 64")
     assert not (tmp_path / "runs").exists()
 
 
 def test_a_model_config_override_without_layers_is_refused(capsys, tmp_path):
-    message = refused(capsys, "train", "model.config_overrides=num_hidden_layers=-2", f"output.runs_root={tmp_path}/runs")
+    message = refused(
+        capsys, "train", "model.config_overrides=num_hidden_layers=-2", f"output.runs_root={tmp_path}/runs"
+    )
     assert message == "model.config_overrides: num_hidden_layers is -2; it must be a positive integer"
 
 
 @pytest.mark.parametrize("command", ["train", "eval", "generate"])
 def test_a_flipped_byte_in_a_saved_model_is_found_by_its_manifest(capsys, model, tmp_path, command):
     path = damaged(model, tmp_path, "flipped")
-    argv = {"train": ["train", f"model.name_or_path={path}", "data.block_size=32", f"output.runs_root={tmp_path}/runs"], "eval": ["eval", str(path)], "generate": ["generate", str(path)]}
+    argv = {
+        "train": ["train", f"model.name_or_path={path}", "data.block_size=32", f"output.runs_root={tmp_path}/runs"],
+        "eval": ["eval", str(path)],
+        "generate": ["generate", str(path)],
+    }
     message = refused(capsys, *argv[command])
     assert "model.safetensors: sha256 differs from the manifest (supertune-model.json)" in message
     assert not (tmp_path / "runs").exists()
@@ -252,16 +292,24 @@ def test_a_flipped_byte_in_a_saved_model_is_found_by_its_manifest(capsys, model,
 
 def test_averaging_refuses_a_model_that_differs_from_its_manifest(capsys, model, tmp_path):
     flipped = damaged(model, tmp_path, "flipped")
-    message = refused(capsys, "average", str(model), str(flipped), "--weights", "uniform", "--out", str(tmp_path / "avg"))
-    assert message.endswith("model.safetensors does not match its model manifest (sha256); the model is damaged, average another one")
+    message = refused(
+        capsys, "average", str(model), str(flipped), "--weights", "uniform", "--out", str(tmp_path / "avg")
+    )
+    assert message.endswith(
+        "model.safetensors does not match its model manifest (sha256); the model is damaged, average another one"
+    )
     (flipped / "model.safetensors").write_bytes(b"short")
-    message = refused(capsys, "average", str(model), str(flipped), "--weights", "uniform", "--out", str(tmp_path / "avg"))
+    message = refused(
+        capsys, "average", str(model), str(flipped), "--weights", "uniform", "--out", str(tmp_path / "avg")
+    )
     assert "model.safetensors: 5 bytes, manifest says" in message
     assert not (tmp_path / "avg").exists()
 
 
 # 4. Hangs: a few hundred bytes of aliases that expand into billions of values.
-_ANCHORS = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]'] + [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+_ANCHORS = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]'] + [
+    f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)
+]
 BOMBS = {
     "mapping": "model:\n  config_overrides:\n" + "".join(f"    {line}\n" for line in _ANCHORS),
     "typed": "anchors:\n" + "".join(f"  {line}\n" for line in _ANCHORS) + "training:\n  max_steps: *a8\n",
@@ -324,13 +372,19 @@ def test_a_config_path_that_is_a_directory_or_fifo_says_so(capsys, tmp_path):
     (tmp_path / "dir.yaml").mkdir()
     os.mkfifo(tmp_path / "fifo.yaml")
     assert refused(capsys, "config", "show", str(tmp_path / "dir.yaml")).endswith("is a directory; give a YAML file")
-    assert refused(capsys, "config", "show", str(tmp_path / "fifo.yaml")).endswith("is not a regular file (a FIFO); give a YAML file")
-    assert refused(capsys, "federate", str(tmp_path / "fifo.yaml")).endswith("is not a regular file (a FIFO); give a YAML file")
+    assert refused(capsys, "config", "show", str(tmp_path / "fifo.yaml")).endswith(
+        "is not a regular file (a FIFO); give a YAML file"
+    )
+    assert refused(capsys, "federate", str(tmp_path / "fifo.yaml")).endswith(
+        "is not a regular file (a FIFO); give a YAML file"
+    )
     assert "does not exist" in refused(capsys, "federate", str(tmp_path / "none.yaml"))
 
 
 def test_a_backslash_in_the_run_name_is_blamed_on_the_run_name(capsys, tmp_path):
-    message = refused(capsys, "submit", "--cluster", "local", "--dry-run", "output.name=a\\b", f"output.runs_root={tmp_path}")
+    message = refused(
+        capsys, "submit", "--cluster", "local", "--dry-run", "output.name=a\\b", f"output.runs_root={tmp_path}"
+    )
     assert message.startswith("output.name: 'a\\\\b' cannot name a directory")
 
 
@@ -369,7 +423,9 @@ def test_safetensors_own_error_is_named_as_damaged_weights(tmp_path: Path) -> No
     path = tmp_path / "model.safetensors"
     safetensors.torch.save_file({"w": torch.zeros(64, 64)}, str(path))
     path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(UserError, match=r"^MODEL: the weights of '.*' are damaged \(.+\); save or copy the model again$"):
+    with pytest.raises(
+        UserError, match=r"^MODEL: the weights of '.*' are damaged \(.+\); save or copy the model again$"
+    ):
         with model_load_errors("MODEL", str(tmp_path)):
             safetensors.torch.load_file(str(path))
     with pytest.raises(UserError, match=r"^MODEL: cannot load '.*': OSError$"):

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from average_models import save_model
 
+from average_models import save_model
 from supertune.checkpoints.manifest import write_model_manifest
 from supertune.cli.main import main
+from supertune.resolve.layers import leaf_keys
 
 pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-from supertune.resolve.layers import leaf_keys
 
 # What an error line starts with: a dotted key (model.lora.r, training.seed), an override or a file
 # named by its kind, a command-line option, or the MODEL argument.
@@ -39,8 +39,6 @@ NASTY = [
     "2e-3", "1.5", "true", "1_000", "2001-12-14", "!!binary aGVsbG8=", "!!python/object:os.system", "? a", "a: b: c", "\t",
     "key=value", "a=1,b", "num_hidden_layers=-2", "hidden_size=0", "=", "%", "@", "|", ">",
 ]  # fmt: skip
-
-
 
 
 def run(capsys, argv: list[str]) -> tuple[int, str]:
@@ -110,7 +108,16 @@ def _random_config(rng: random.Random) -> dict:
         node = config
         for s in sections:
             node = node.setdefault(s, {})
-        node[name] = rng.choice([rng.choice(NASTY), rng.randint(-(2**70), 2**70), float(f"{rng.random()}e{rng.randint(-400, 400)}"), None, [], {}])
+        node[name] = rng.choice(
+            [
+                rng.choice(NASTY),
+                rng.randint(-(2**70), 2**70),
+                float(f"{rng.random()}e{rng.randint(-400, 400)}"),
+                None,
+                [],
+                {},
+            ]
+        )
     return config
 
 
@@ -123,7 +130,9 @@ def _mutated(rng: random.Random, text: str) -> str:
     elif kind == 1:  # an unquoted YAML 1.1 value
         lines.append(rng.choice(["slurm:\n  time: 1:30", "on: 1", "training:\n  seed: 0x10", "output:\n  name: yes"]))
     elif kind == 2:  # aliases, nested or looping
-        lines.append("model:\n  config_overrides: &a\n    loop: *a" if rng.random() < 0.5 else "x: &b [1, 2]\ny: [*b, *b, *b]")
+        lines.append(
+            "model:\n  config_overrides: &a\n    loop: *a" if rng.random() < 0.5 else "x: &b [1, 2]\ny: [*b, *b, *b]"
+        )
     elif kind == 3:  # cut anywhere
         return text[: rng.randrange(len(text) + 1)]
     elif kind == 4:  # deep
@@ -146,7 +155,14 @@ def test_generated_overrides_through_submit_dry_run(capsys, fuzz_dir):
     rng = random.Random(7)
     keys = [k for k in leaf_keys() if k.startswith(("slurm.", "launch.", "output.", "distributed."))]
     for i in range(60):
-        argv = ["submit", "--cluster", rng.choice(["local", "leonardo", "lumi"]), "--dry-run", *overrides(rng, keys), f"output.runs_root={fuzz_dir}/submit-{i}"]
+        argv = [
+            "submit",
+            "--cluster",
+            rng.choice(["local", "leonardo", "lumi"]),
+            "--dry-run",
+            *overrides(rng, keys),
+            f"output.runs_root={fuzz_dir}/submit-{i}",
+        ]
         run(capsys, argv)
 
 
@@ -166,7 +182,10 @@ def _data_file(rng: random.Random, root: Path, i: int) -> Path:
     elif kind == 1:
         path.write_text("")
     elif kind == 2:
-        rows = [{rng.choice(["text", "body", "t"]): rng.choice([rng.choice(NASTY), 5, None, ["a"], {"b": 1}])} for _ in range(20)]
+        rows = [
+            {rng.choice(["text", "body", "t"]): rng.choice([rng.choice(NASTY), 5, None, ["a"], {"b": 1}])}
+            for _ in range(20)
+        ]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows)[: rng.randint(1, 2000)])
     elif kind == 3:
         path.write_bytes(b"text\n" + b"\xff\xfe bad utf-8 \x80\n" * 5)
@@ -205,7 +224,16 @@ def _damaged_copy(rng: random.Random, model: Path, root: Path) -> Path:
         target.unlink()
     else:
         config = json.loads((copy / "config.json").read_text())
-        key = rng.choice(["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings", "intermediate_size"])
+        key = rng.choice(
+            [
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "max_position_embeddings",
+                "intermediate_size",
+            ]
+        )
         config[key] = rng.choice([-2, 0, 3, "two", None, 10**30, 1.5, True])
         (copy / "config.json").write_text(json.dumps(config))
     return copy

@@ -39,7 +39,9 @@ def test_help_is_light_and_has_an_example(argv):
 def test_train_help_documents_every_config_key():
     from supertune.config.docs import config_keys
 
-    proc = subprocess.run([sys.executable, "-m", "supertune", "train", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune", "train", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0
     keys = config_keys()
     assert len(keys) > 60

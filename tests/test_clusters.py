@@ -51,7 +51,9 @@ def test_every_shipped_profile_loads_and_none_is_hidden():
     assert len(files) >= 9
     assert len(profiles) == len(files)
     assert sorted(p.name for p in profiles) == sorted(f.stem for f in files)
-    assert {"lumi", "leonardo", "karolina", "ibex", "meluxina", "iris", "twcc", "setonix", "local"} <= {p.name for p in profiles}
+    assert {"lumi", "leonardo", "karolina", "ibex", "meluxina", "iris", "twcc", "setonix", "local"} <= {
+        p.name for p in profiles
+    }
     for p in profiles:
         assert isinstance(p, ClusterProfile) and p.description
 
@@ -187,7 +189,10 @@ def test_bad_user_key_is_one_line_naming_file_and_key(user_dir, capsys):
         ("cpus_per_gpu: 9\n", "cpus_per_gpu: 9 cores for each of 8 GPUs is more than the node's 56"),
         ("gpu_vendor: none\n", "gpu_vendor: is none but gpus_per_node is 8"),
         ("container: {binds: [scratch]}\n", "container.binds[0]: 'scratch' is not host[:container[:ro|rw]]"),
-        ("run_config: {training: {bf17: true}}\n", "run_config.training.bf17: unknown key (did you mean training.bf16?)"),
+        (
+            "run_config: {training: {bf17: true}}\n",
+            "run_config.training.bf17: unknown key (did you mean training.bf16?)",
+        ),
         ("name: leonardo\n", "name: 'leonardo' differs from the file name"),
         ("gpus_per_node: [8\n", "is not valid YAML at line 2"),
         ("module_use: [appl/modules]\n", "module_use[0]: 'appl/modules' is not an absolute directory path"),
@@ -284,9 +289,16 @@ def test_module_search_paths_come_before_the_modules_in_every_job_script():
     lumi = load_profile("lumi")
     assert lumi.module_use == ["/appl/local/training/modules/AI-20240529"] and lumi.modules == ["singularity-CPEbits"]
     lines = modules_section(lumi).splitlines()
-    assert lines[-3:] == ["module use /appl/local/training/modules/AI-20240529", "module load singularity-CPEbits", "set -u"]
+    assert lines[-3:] == [
+        "module use /appl/local/training/modules/AI-20240529",
+        "module load singularity-CPEbits",
+        "set -u",
+    ]
     purged = dataclasses.replace(lumi, module_purge=True, module_use=["/a/x", "/b/y"], modules=[])
     assert modules_section(purged).splitlines()[-3:] == ["module purge", "module use /a/x /b/y", "set -u"]
     job = PrepareJob("p", "/w", "/o", 2, 4, "01:00:00", None, None, None, None, (), "python3")
-    assert "\nmodule use /appl/local/training/modules/AI-20240529\nmodule load singularity-CPEbits\n" in render_array_script(job, lumi, [0, 1])
+    assert (
+        "\nmodule use /appl/local/training/modules/AI-20240529\nmodule load singularity-CPEbits\n"
+        in render_array_script(job, lumi, [0, 1])
+    )
     assert modules_section(load_profile("local")) == ""

@@ -40,7 +40,10 @@ CASES = [
     (["training.warmup_steps=-1"], "training.warmup_steps: must not be negative"),
     (["training.adam_beta1=1.5"], "training.adam_beta1: must be in [0, 1)"),
     (["training.max_steps=0"], "training.max_steps: must be a positive number of steps or -1"),
-    (["slurm.time=00:05:00", "slurm.signal_lead=600"], "slurm.signal_lead: 600 s must be at least 10 and less than slurm.time (00:05:00)"),
+    (
+        ["slurm.time=00:05:00", "slurm.signal_lead=600"],
+        "slurm.signal_lead: 600 s must be at least 10 and less than slurm.time (00:05:00)",
+    ),
     (["slurm.signal_lead=5"], "slurm.signal_lead: 5 s must be at least 10"),
     (["slurm.max_restarts=-1"], "slurm.max_restarts: must not be negative"),
     (["launch.max_restarts=-3"], "launch.max_restarts: must not be negative"),
@@ -62,7 +65,10 @@ CASES = [
     (["training.bf16=true", "training.fp16=true"], "choose one mixed precision"),
     (["training.report_to=[wandb]"], "training.report_to: 'wandb' is not supported"),
     (["model.config_overrides=num_hidden_layers"], "model.config_overrides: 'num_hidden_layers' is not key=value"),
-    (["model.name_or_path={dir}/model", "model.config_overrides=num_hidden_layers=2"], "model.config_overrides: only applies"),
+    (
+        ["model.name_or_path={dir}/model", "model.config_overrides=num_hidden_layers=2"],
+        "model.config_overrides: only applies",
+    ),
     (["model.name_or_path={dir}/model", "model.tokenizer=train"], "model.tokenizer: 'train' makes a new vocabulary"),
     (["model.name_or_path=./does/not/exist"], "model.name_or_path: directory './does/not/exist' does not exist"),
     (["model.tokenizer=/no/such/tokenizer"], "model.tokenizer: directory '/no/such/tokenizer' does not exist"),
@@ -121,7 +127,10 @@ def test_validation_problems_are_reported_together(capsys):
 
 def test_real_console_script_prints_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "supertune", "train", "training.max_steps=abc"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "supertune", "train", "training.max_steps=abc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -129,7 +138,18 @@ def test_real_console_script_prints_no_traceback():
 
 
 def test_good_overrides_resolve(capsys):
-    assert main(["config", "show", "training.max_steps=7", "training.learning_rate=3e-4", "model.config_overrides=num_hidden_layers=2"]) == 0
+    assert (
+        main(
+            [
+                "config",
+                "show",
+                "training.max_steps=7",
+                "training.learning_rate=3e-4",
+                "model.config_overrides=num_hidden_layers=2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "max_steps: 7" in out
     assert "learning_rate: 0.0003" in out

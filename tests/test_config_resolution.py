@@ -87,7 +87,9 @@ def test_a_user_profile_over_the_shipped_one_is_one_layer_with_both_files(no_use
 
 def test_the_run_directory_records_the_resolution(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code, _, err = _cli(capsys, "submit", "--cluster", "ibex", "--run-dir", str(run_dir), "--dry-run", "training.fp16=false")
+    code, _, err = _cli(
+        capsys, "submit", "--cluster", "ibex", "--run-dir", str(run_dir), "--dry-run", "training.fp16=false"
+    )
     assert code == 0, err
     record = json.loads((run_dir / "resolution.json").read_text())
     assert record["layers"] == ["default", "profile ibex", "command line"]
@@ -110,7 +112,13 @@ def test_the_same_submit_command_twice_is_the_same_run(tmp_path, capsys):
 
 def test_every_bad_slurm_value_is_reported_at_once(capsys):
     code, out, err = _cli(
-        capsys, "config", "show", "slurm.mem=lots", "slurm.partition=my part", "slurm.account=a;b", "slurm.extra_args=[nodash]"
+        capsys,
+        "config",
+        "show",
+        "slurm.mem=lots",
+        "slurm.partition=my part",
+        "slurm.account=a;b",
+        "slurm.extra_args=[nodash]",
     )
     assert code == 2 and out == ""
     assert "4 problems in the config" in err
@@ -122,7 +130,17 @@ def test_every_bad_slurm_value_is_reported_at_once(capsys):
 
 def test_slurm_values_stop_submit_before_a_run_directory_exists(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code, _, err = _cli(capsys, "submit", "--cluster", "local", "--run-dir", str(run_dir), "--dry-run", "slurm.mem=lots", "slurm.qos=a b")
+    code, _, err = _cli(
+        capsys,
+        "submit",
+        "--cluster",
+        "local",
+        "--run-dir",
+        str(run_dir),
+        "--dry-run",
+        "slurm.mem=lots",
+        "slurm.qos=a b",
+    )
     assert code == 2 and "slurm.mem:" in err and "slurm.qos:" in err
     assert not run_dir.exists()
 
@@ -131,11 +149,24 @@ def test_slurm_values_stop_submit_before_a_run_directory_exists(tmp_path, capsys
 def test_a_config_overrides_typo_is_found_before_the_run_directory_exists(tmp_path, command):
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "supertune", *command, "--run-dir", str(run_dir), "model.config_overrides=num_hiden_layers=1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "supertune",
+            *command,
+            "--run-dir",
+            str(run_dir),
+            "model.config_overrides=num_hiden_layers=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "model.config_overrides: 'num_hiden_layers' (did you mean num_hidden_layers?) not a field of LlamaConfig" in proc.stderr
+    assert (
+        "model.config_overrides: 'num_hiden_layers' (did you mean num_hidden_layers?) not a field of LlamaConfig"
+        in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert not run_dir.exists()
 

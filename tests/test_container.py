@@ -59,7 +59,7 @@ def write(cluster: str, out: Path, *extra: str) -> tuple[str, dict]:
 def test_pins_are_read_from_the_package_data():
     assert {p.name: p.version for p in read_pins()} == pinned_file()
     runtime = {p.name for p in runtime_pins()}
-    assert "torch" in runtime and "transformers" in runtime and "pytest" not in runtime
+    assert "torch" in runtime and "transformers" in runtime and "pytest" not in runtime and "ruff" not in runtime
 
 
 @pytest.mark.parametrize("cluster, image", [("leonardo", "nvcr.io/nvidia/pytorch:"), ("lumi", "rocm/pytorch:")])
@@ -70,7 +70,7 @@ def test_definition_keeps_the_image_torch_and_installs_the_pins(cluster, image, 
     assert text.startswith(f"Bootstrap: docker\nFrom: {profile.container.base_image.removeprefix('docker://')}\n")
     assert f"From: {image}" in text
     pins = pinned_file()
-    expected = {name: version for name, version in pins.items() if name not in ("torch", "pytest")}
+    expected = {name: version for name, version in pins.items() if name not in ("torch", "pytest", "ruff")}
     assert pip_installed(text) == expected
     # torch is the base image's: never a pip requirement, and pip is constrained to keep it.
     assert f"torch=={pins['torch']}" not in text
@@ -85,7 +85,10 @@ def test_definition_keeps_the_image_torch_and_installs_the_pins(cluster, image, 
     runtime = profile.container.runtime
     assert f"wrote {tmp_path / 'out' / 'supertune.def'}" in out
     assert f"{runtime} build supertune-{cluster}.sif {tmp_path / 'out' / 'supertune.def'}" in out
-    assert f"cotainr build supertune-{cluster}-conda.sif" in out and f"--conda-env={tmp_path / 'out' / 'environment.yml'}" in out
+    assert (
+        f"cotainr build supertune-{cluster}-conda.sif" in out
+        and f"--conda-env={tmp_path / 'out' / 'environment.yml'}" in out
+    )
 
 
 def test_definition_shell_sections_are_valid_and_set_the_profile_environment(tmp_path):
@@ -93,19 +96,26 @@ def test_definition_shell_sections_are_valid_and_set_the_profile_environment(tmp
     for name in ("post", "environment", "test"):
         check = subprocess.run(["sh", "-n"], input=section(text, name), text=True, capture_output=True)
         assert check.returncode == 0, (name, check.stderr)
-    script = section(text, "environment") + '\nprintf "%s\\n" "$HF_HOME" "$HF_HUB_OFFLINE" "$TOKENIZERS_PARALLELISM" "$PYTHONNOUSERSITE" "${NCCL_SOCKET_IFNAME:-unset}"\n'
+    script = (
+        section(text, "environment")
+        + '\nprintf "%s\\n" "$HF_HOME" "$HF_HUB_OFFLINE" "$TOKENIZERS_PARALLELISM" "$PYTHONNOUSERSITE" "${NCCL_SOCKET_IFNAME:-unset}"\n'
+    )
     env = {"PATH": os.environ["PATH"], "USER": "alice"}
-    lines = subprocess.run(["sh", "-c", script], env=env, text=True, capture_output=True, check=True).stdout.splitlines()
+    lines = subprocess.run(
+        ["sh", "-c", script], env=env, text=True, capture_output=True, check=True
+    ).stdout.splitlines()
     assert lines == ["/scratch/project_465000000/alice/hf-home", "1", "false", "1", "unset"]
     # A value set before the container starts wins over the image's.
     env["HF_HOME"] = "/flash/mine"
-    lines = subprocess.run(["sh", "-c", script], env=env, text=True, capture_output=True, check=True).stdout.splitlines()
+    lines = subprocess.run(
+        ["sh", "-c", script], env=env, text=True, capture_output=True, check=True
+    ).stdout.splitlines()
     assert lines[0] == "/flash/mine"
 
 
 def test_environment_yml_has_every_pin(tmp_path):
     pins = pinned_file()
-    expected = {f"{name}=={version}" for name, version in pins.items() if name != "pytest"}
+    expected = {f"{name}=={version}" for name, version in pins.items() if name not in ("pytest", "ruff")}
     for cluster in ("leonardo", "lumi"):
         _, env = write(cluster, tmp_path / cluster)
         assert env["name"] == "supertune" and f"python={CONDA_PYTHON}" in env["dependencies"]
@@ -141,7 +151,10 @@ def test_unknown_cluster_and_bad_source_are_refused(tmp_path, capsys):
     assert main(["container", "--cluster", "leonrado", "--out", str(tmp_path)]) == 2
     assert "--cluster: unknown cluster 'leonrado' (did you mean leonardo?)" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert main(["container", "--cluster", "lumi", "--out", str(tmp_path / "o"), "--supertune", str(tmp_path / "empty")]) == 2
+    assert (
+        main(["container", "--cluster", "lumi", "--out", str(tmp_path / "o"), "--supertune", str(tmp_path / "empty")])
+        == 2
+    )
     assert "is not a supertune source checkout (no pyproject.toml, README.md, src)" in capsys.readouterr().err
 
 
@@ -177,8 +190,17 @@ def test_cotainr_builds_on_the_site_system_where_its_cotainr_has_one(tmp_path, c
     """LUMI's cotainr picks LUMI's ROCm base image with --system=lumi-g; elsewhere a plain Ubuntu base."""
     write("lumi", tmp_path / "lumi")
     out = capsys.readouterr().out
-    assert f"cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env={tmp_path / 'lumi' / 'environment.yml'}" in out
+    assert (
+        f"cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env={tmp_path / 'lumi' / 'environment.yml'}"
+        in out
+    )
     assert "--base-image" not in out.split("cotainr build", 1)[1]
-    assert "#   cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env=environment.yml" in (tmp_path / "lumi" / "environment.yml").read_text()
+    assert (
+        "#   cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env=environment.yml"
+        in (tmp_path / "lumi" / "environment.yml").read_text()
+    )
     write("leonardo", tmp_path / "leonardo")
-    assert "cotainr build supertune-leonardo-conda.sif --base-image=docker://ubuntu:24.04 --conda-env=" in capsys.readouterr().out
+    assert (
+        "cotainr build supertune-leonardo-conda.sif --base-image=docker://ubuntu:24.04 --conda-env="
+        in capsys.readouterr().out
+    )

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from supertune.resolve import resolve_run_config
-from supertune.training_data.batches import IGNORE_INDEX, PadCollator
 from supertune.documents.encoding import render_texts
-from supertune.training_data.pipeline import build_training_data
 from supertune.documents.sources import load_raw_splits
 from supertune.errors import UserError
+from supertune.resolve import resolve_run_config
+from supertune.training_data.batches import IGNORE_INDEX, PadCollator
+from supertune.training_data.pipeline import build_training_data
 
 DOCS = [f"Document number {i} talks about the river and the town of Alder." * (1 + i % 4) for i in range(60)]
 
@@ -69,7 +69,9 @@ def test_every_file_format_loads_and_splits(tmp_path, fmt):
 def test_glob_and_list_of_files(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "alpha"}) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "beta"}) + "\n")
-    cfg = resolve_run_config(None, [f"data.train_files={tmp_path}/*.jsonl", f"data.validation_files=[{tmp_path}/a.jsonl]"])
+    cfg = resolve_run_config(
+        None, [f"data.train_files={tmp_path}/*.jsonl", f"data.validation_files=[{tmp_path}/a.jsonl]"]
+    )
     assert cfg.data.train_files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     raw = load_raw_splits(cfg.data, seed=0)
     assert sorted(raw.train["text"]) == ["alpha", "beta"]
@@ -132,7 +134,13 @@ def test_streaming_packs_blocks(tokenizer, tmp_path):
     path = _write(tmp_path, "jsonl")
     cfg = resolve_run_config(
         None,
-        [f"data.train_files={path}", f"data.validation_files={path}", "data.streaming=true", "data.block_size=16", "training.max_steps=3"],
+        [
+            f"data.train_files={path}",
+            f"data.validation_files={path}",
+            "data.streaming=true",
+            "data.block_size=16",
+            "training.max_steps=3",
+        ],
     )
     data = build_training_data(cfg.data, tokenizer, seed=0, context_length=1024)
     blocks = [b["input_ids"] for _, b in zip(range(5), iter(data.train))]

@@ -16,7 +16,11 @@ from supertune.errors import UserError
 
 
 def _docs(prefix: str, n: int) -> list[str]:
-    return [f"{prefix} document {i}: " + " ".join(["meadow", "copper", "violet", "anchor", "drift"][(i * k) % 5] for k in range(3 + i % 7)) for i in range(n)]
+    return [
+        f"{prefix} document {i}: "
+        + " ".join(["meadow", "copper", "violet", "anchor", "drift"][(i * k) % 5] for k in range(3 + i % 7))
+        for i in range(n)
+    ]
 
 
 def _dataset(root: Path, **splits: int) -> Path:
@@ -73,14 +77,20 @@ def test_shuffled_sampling_takes_what_shuffle_then_select_takes(with_test):
     import datasets
 
     source = datasets.load_dataset(str(with_test))
-    raw = load_raw_splits(DataConfig(dataset_name=str(with_test), max_train_samples=40, max_eval_samples=8, sample="shuffled"), seed=42)
+    raw = load_raw_splits(
+        DataConfig(dataset_name=str(with_test), max_train_samples=40, max_eval_samples=8, sample="shuffled"), seed=42
+    )
     assert list(raw.train["text"]) == list(source["train"].shuffle(seed=42).select(range(40))["text"])
     assert list(raw.validation["text"]) == list(source["test"].shuffle(seed=42).select(range(8))["text"])
     first = load_raw_splits(DataConfig(dataset_name=str(with_test), max_train_samples=40, max_eval_samples=8), seed=42)
     assert list(first.train["text"]) == _docs("train", 40) and list(first.validation["text"]) == _docs("test", 8)
-    other_seed = load_raw_splits(DataConfig(dataset_name=str(with_test), max_train_samples=40, sample="shuffled"), seed=7)
+    other_seed = load_raw_splits(
+        DataConfig(dataset_name=str(with_test), max_train_samples=40, sample="shuffled"), seed=7
+    )
     assert list(other_seed.train["text"]) != list(raw.train["text"])
-    streamed = load_raw_splits(DataConfig(dataset_name=str(with_test), max_train_samples=40, sample="shuffled", streaming=True), seed=42)
+    streamed = load_raw_splits(
+        DataConfig(dataset_name=str(with_test), max_train_samples=40, sample="shuffled", streaming=True), seed=42
+    )
     texts = [row["text"] for row in streamed.train]
     assert len(texts) == 40 and set(texts) <= set(_docs("train", 120)) and texts != _docs("train", 40)
 
@@ -89,14 +99,27 @@ def test_the_token_store_reads_the_same_splits(with_test, tmp_path):
     from supertune.store.reader import open_store
 
     out = tmp_path / "store"
-    args = ["prepare", "--out", str(out), f"data.dataset_name={with_test}", "data.max_train_samples=40", "data.sample=shuffled"]
+    args = [
+        "prepare",
+        "--out",
+        str(out),
+        f"data.dataset_name={with_test}",
+        "data.max_train_samples=40",
+        "data.sample=shuffled",
+    ]
     assert main(args) == 0
     raw = load_raw_splits(DataConfig(dataset_name=str(with_test), max_train_samples=40, sample="shuffled"), seed=42)
     store = open_store(out, hashes=True)
     assert (len(store.train), len(store.validation)) == (40, 30)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["split_rule"] == {"max_train_samples": 40, "max_eval_samples": None, "sample": "shuffled", "seed": 42,
-                                      "validation": "files", "validation_split": "auto"}
+    assert manifest["split_rule"] == {
+        "max_train_samples": 40,
+        "max_eval_samples": None,
+        "sample": "shuffled",
+        "seed": 42,
+        "validation": "files",
+        "validation_split": "auto",
+    }
     validation_sources = [f["name"] for f in manifest["sources"]["validation"]]
     assert validation_sources and all("test" in name for name in validation_sources), validation_sources
     from transformers import AutoTokenizer
@@ -113,8 +136,17 @@ def test_eval_of_a_saved_model_holds_out_what_its_run_held_out(seed, streaming, 
     documents); `supertune eval` of its model evaluates those documents and no others."""
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"text": t}) + "\n" for t in _docs("train", 300)))
-    argv = ["train", f"data.train_files=[{train}]", "data.validation_split_percentage=20", "data.block_size=32", f"data.streaming={str(streaming).lower()}",
-            f"training.seed={seed}", "training.max_steps=2", f"output.runs_root={tmp_path}/runs", "generate.max_new_tokens=0"]
+    argv = [
+        "train",
+        f"data.train_files=[{train}]",
+        "data.validation_split_percentage=20",
+        "data.block_size=32",
+        f"data.streaming={str(streaming).lower()}",
+        f"training.seed={seed}",
+        "training.max_steps=2",
+        f"output.runs_root={tmp_path}/runs",
+        "generate.max_new_tokens=0",
+    ]
     assert main(argv) == 0
     run = next((tmp_path / "runs").iterdir())
     summary = json.loads((run / "summary.json").read_text())

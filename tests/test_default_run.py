@@ -38,17 +38,32 @@ def test_default_run_reports_and_saves(default_run):
     assert "supertune: eval loss" in out and "perplexity" in out
     assert "supertune: sample: 'Once there was a town called" in out
     summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("eval_loss", "perplexity", "train_tokens", "train_runtime_s", "tokens_per_second", "unigram_perplexity"):
+    for key in (
+        "eval_loss",
+        "perplexity",
+        "train_tokens",
+        "train_runtime_s",
+        "tokens_per_second",
+        "unigram_perplexity",
+    ):
         assert key in summary
     assert summary["train_tokens"] > 0 and summary["tokens_per_second"] > 0
-    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ):
         assert (run_dir / "model" / name).is_file(), name
     assert (run_dir / "config.yaml").is_file()
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run_dir / "checkpoints").glob("checkpoint-*"))
     # Not a terminal (output captured, as in a job log): progress lines instead of a bar
     assert "\r" not in proc.stdout + proc.stderr
-    assert re.search(r"supertune: progress: step (\d+)/\1 \(100%\), loss [0-9.]+, [0-9,]+ tokens/s", proc.stdout + proc.stderr)
+    assert re.search(
+        r"supertune: progress: step (\d+)/\1 \(100%\), loss [0-9.]+, [0-9,]+ tokens/s", proc.stdout + proc.stderr
+    )
 
 
 def test_loss_falls(default_run):
@@ -98,7 +113,10 @@ def test_saved_model_reloads_with_plain_transformers_and_same_eval_loss(default_
 
     run_dir, _ = default_run
     proc = subprocess.run(
-        [sys.executable, "-c", RELOAD, str(run_dir), str(default_corpus().validation)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", RELOAD, str(run_dir), str(default_corpus().validation)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -120,7 +138,17 @@ def test_eval_command_matches_the_run(default_run):
 
 def test_generate_command_continues_the_prompt(default_run):
     run_dir, _ = default_run
-    cmd = [sys.executable, "-m", "supertune", "generate", str(run_dir / "model"), "--prompt", "The river", "--max-new-tokens", "20"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "supertune",
+        "generate",
+        str(run_dir / "model"),
+        "--prompt",
+        "The river",
+        "--max-new-tokens",
+        "20",
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stdout.startswith("The river")

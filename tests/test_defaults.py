@@ -62,7 +62,7 @@ def test_documents_keep_their_facts_consistent() -> None:
         seen: dict[str, str] = {}
         words = doc.replace(".", " ").replace("?", " ").split()
         for i in range(len(words) - 6):
-            is_fact = words[i + 2] == "is" and words[i + 4:i + 7] == ["of", "the", "town"]
+            is_fact = words[i + 2] == "is" and words[i + 4 : i + 7] == ["of", "the", "town"]
             if words[i].lower() == "the" and is_fact:
                 landmark, direction = words[i + 1], words[i + 3]
                 assert seen.setdefault(landmark, direction) == direction, doc
@@ -204,14 +204,17 @@ def test_concurrent_builds_agree(cache: Path, tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(gate)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
         )
         for _ in range(2)
     ]
     time.sleep(0.3)  # let both finish importing, then release them together
     gate.touch()
     results = [p.communicate(timeout=60) for p in procs]
-    for proc, (out, err) in zip(procs, results):
+    for proc, (_, err) in zip(procs, results):
         assert proc.returncode == 0, err
     outputs = {out.strip() for out, _ in results}
     assert len(outputs) == 1, outputs

@@ -10,14 +10,21 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["training.max_steps=12", "training.logging_steps=1", "training.save_strategy=no", "generate.max_new_tokens=0",
-          "training.report_to=[]"]
+COMMON = [
+    "training.max_steps=12",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "generate.max_new_tokens=0",
+    "training.report_to=[]",
+]
 
 
 def _run(run_dir, *args):
     proc = subprocess.run(
         [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), *COMMON, *args],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

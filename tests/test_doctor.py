@@ -24,7 +24,13 @@ from supertune.doctor.network import (
     nccl_socket_interfaces,
     parse_ifname_list,
 )
-from supertune.doctor.options import DoctorOptions, add_doctor_arguments, options_from_args, parse_size, preflight_arguments
+from supertune.doctor.options import (
+    DoctorOptions,
+    add_doctor_arguments,
+    options_from_args,
+    parse_size,
+    preflight_arguments,
+)
 from supertune.doctor.probe import GpuDevice, GpuHardware, IbPort, NetInterface, TorchFacts, read_interfaces
 from supertune.doctor.report import format_text, merge_elsewhere, report_document
 from supertune.doctor.result import CheckResult
@@ -45,10 +51,16 @@ GPU_NODE = [LO, ETH0, ETH1_BARE, IB0, DOCKER]
 CPU_TORCH = TorchFacts(version="2.13.0+cpu")
 H100 = GpuDevice(0, "NVIDIA H100 80GB HBM3", 80 * 2**30, (9, 0))
 V100 = GpuDevice(0, "Tesla V100-SXM2-32GB", 32 * 2**30, (7, 0))
-CUDA_TORCH = TorchFacts(version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(H100,), nccl=True, nccl_version="2.27.5")
+CUDA_TORCH = TorchFacts(
+    version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(H100,), nccl=True, nccl_version="2.27.5"
+)
 MI250 = GpuDevice(0, "AMD Instinct MI250X", 64 * 2**30, (9, 0), "gfx90a:sramecc+:xnack-")
-ROCM_TORCH = TorchFacts(version="2.13.0+rocm6.4", hip="6.4.43482", device_count=1, gpus=(MI250,), nccl=True, nccl_version="2.22.3")
-NVIDIA_NODE = GpuHardware(nvidia_devices=("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"), nvidia_driver="550.54.15")
+ROCM_TORCH = TorchFacts(
+    version="2.13.0+rocm6.4", hip="6.4.43482", device_count=1, gpus=(MI250,), nccl=True, nccl_version="2.22.3"
+)
+NVIDIA_NODE = GpuHardware(
+    nvidia_devices=("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"), nvidia_driver="550.54.15"
+)
 AMD_NODE = GpuHardware(amd_gpus=8, amd_driver="6.8.5")
 NO_GPU = GpuHardware()
 
@@ -73,7 +85,9 @@ def test_ifname_lists_read_as_nccl_reads_them():
     exact = parse_ifname_list("=eth0,ib0")
     assert exact.exact and exact.matches("eth0") and exact.matches("ib0") and not exact.matches("eth01")
     excluded = parse_ifname_list("^docker,lo")
-    assert excluded.exclude and excluded.matches("eth0") and not excluded.matches("docker0") and not excluded.matches("lo")
+    assert (
+        excluded.exclude and excluded.matches("eth0") and not excluded.matches("docker0") and not excluded.matches("lo")
+    )
     both = parse_ifname_list("^=eth0")
     assert both.exclude and both.exact and not both.matches("eth0") and both.matches("eth01")
     ports = parse_ifname_list("mlx5_0:1,mlx5_1")
@@ -196,11 +210,17 @@ def test_wrong_vendor_builds_are_refused():
     assert cuda_on_amd.verdict == "fail" and "CUDA build on an AMD (ROCm) node" in cuda_on_amd.evidence
     assert "whl/rocm" in cuda_on_amd.fix
     rocm_on_nvidia = check_gpu_visibility(TorchFacts(version="2.13.0+rocm6.4", hip="6.4"), NVIDIA_NODE, None, {})
-    assert rocm_on_nvidia.verdict == "fail" and "whl/cu" in rocm_on_nvidia.fix and "PyPI's own 'torch==2.13.0'" in rocm_on_nvidia.fix
+    assert (
+        rocm_on_nvidia.verdict == "fail"
+        and "whl/cu" in rocm_on_nvidia.fix
+        and "PyPI's own 'torch==2.13.0'" in rocm_on_nvidia.fix
+    )
 
 
 def test_right_build_that_sees_no_gpu_gives_torchs_reason():
-    old_driver = TorchFacts(version="2.13.0+cu128", cuda="12.8", device_error="The NVIDIA driver on your system is too old")
+    old_driver = TorchFacts(
+        version="2.13.0+cu128", cuda="12.8", device_error="The NVIDIA driver on your system is too old"
+    )
     result = check_gpu_visibility(old_driver, NVIDIA_NODE, None, {})
     assert result.verdict == "fail" and "driver on your system is too old" in result.evidence
 
@@ -208,7 +228,9 @@ def test_right_build_that_sees_no_gpu_gives_torchs_reason():
 def test_visible_devices_variables_hide_or_narrow():
     hidden = check_gpu_visibility(CUDA_TORCH, NVIDIA_NODE, slurm_allocation(GPU_JOB), {"CUDA_VISIBLE_DEVICES": ""})
     assert hidden.verdict == "fail" and "hides them all" in hidden.fix + hidden.evidence
-    one_per_task = check_gpu_visibility(CUDA_TORCH, NVIDIA_NODE, slurm_allocation(GPU_JOB), {"CUDA_VISIBLE_DEVICES": "2"})
+    one_per_task = check_gpu_visibility(
+        CUDA_TORCH, NVIDIA_NODE, slurm_allocation(GPU_JOB), {"CUDA_VISIBLE_DEVICES": "2"}
+    )
     assert one_per_task.verdict == "ok"
     fewer = check_gpu_visibility(CUDA_TORCH, NVIDIA_NODE, slurm_allocation(GPU_JOB), {"CUDA_VISIBLE_DEVICES": "0,1"})
     assert fewer.verdict == "warn" and "sees 1" in fewer.evidence
@@ -222,7 +244,9 @@ def test_gpu_visibility_not_applicable_on_a_cpu_node():
 def test_bf16_from_compute_capability_and_from_the_rocm_architecture():
     assert bf16_support(H100, CUDA_TORCH)[0] and not bf16_support(V100, CUDA_TORCH)[0]
     assert bf16_support(MI250, ROCM_TORCH) == (True, "gfx90a")
-    assert not bf16_support(GpuDevice(0, "AMD Instinct MI50", 32 * 2**30, (9, 0), "gfx906:sramecc+:xnack-"), ROCM_TORCH)[0]
+    assert not bf16_support(
+        GpuDevice(0, "AMD Instinct MI50", 32 * 2**30, (9, 0), "gfx906:sramecc+:xnack-"), ROCM_TORCH
+    )[0]
     rocm = check_gpus(ROCM_TORCH)
     assert rocm.verdict == "ok" and "bf16 yes" in rocm.evidence and "torch.version.cuda is None" in rocm.evidence
     old = check_gpus(TorchFacts(version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(V100,)))
@@ -247,7 +271,13 @@ PINS = {"torch": "2.13.0", "transformers": "5.23.0", "accelerate": "1.15.0", "pe
 
 
 def test_packages_against_the_pins():
-    installed = {"torch": "2.13.0+cu128", "transformers": "5.23.0", "accelerate": "1.15.0", "peft": "0.21.2", "deepspeed": None}
+    installed = {
+        "torch": "2.13.0+cu128",
+        "transformers": "5.23.0",
+        "accelerate": "1.15.0",
+        "peft": "0.21.2",
+        "deepspeed": None,
+    }
     result = check_packages(installed, PINS)
     assert result.verdict == "ok" and "deepspeed not installed" in result.evidence
     differ = check_packages(dict(installed, transformers="5.1.0"), PINS)
@@ -278,7 +308,15 @@ def test_slurm_allocation_counts_gpus_from_any_variable():
 
 def test_slurm_check():
     assert check_slurm(None, launch_environment({})).verdict == "n/a"
-    step = dict(GPU_JOB, SLURM_STEP_ID="0", SLURM_PROCID="0", SLURM_NTASKS="16", SLURM_NODEID="0", SLURM_JOB_NODELIST="gpu[01-02]", SLURM_TASKS_PER_NODE="8(x2)")
+    step = dict(
+        GPU_JOB,
+        SLURM_STEP_ID="0",
+        SLURM_PROCID="0",
+        SLURM_NTASKS="16",
+        SLURM_NODEID="0",
+        SLURM_JOB_NODELIST="gpu[01-02]",
+        SLURM_TASKS_PER_NODE="8(x2)",
+    )
     crowded = check_slurm(slurm_allocation(step), launch_environment(step))
     assert crowded.verdict == "fail" and "8 processes on this node share 4 GPU(s)" in crowded.evidence
     fits = dict(step, SLURM_NTASKS="8", SLURM_TASKS_PER_NODE="4(x2)")
@@ -290,7 +328,11 @@ def test_rendezvous_check():
     assert check_rendezvous(launch_environment({}), _resolver({})).verdict == "n/a"
     env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "gpu01", "MASTER_PORT": "29500"}
     bad = check_rendezvous(launch_environment(env), _resolver({}))
-    assert bad.verdict == "fail" and "MASTER_ADDR=gpu01 does not resolve" in bad.evidence and "scontrol show hostnames" in bad.fix
+    assert (
+        bad.verdict == "fail"
+        and "MASTER_ADDR=gpu01 does not resolve" in bad.evidence
+        and "scontrol show hostnames" in bad.fix
+    )
     assert check_rendezvous(launch_environment(env), _resolver({"gpu01": ["10.0.0.1"]})).verdict == "ok"
     assert check_rendezvous(launch_environment({"RANK": "0", "WORLD_SIZE": "2"}), _resolver({})).verdict == "fail"
 
@@ -307,7 +349,12 @@ def _mounted(size: str, read_only: bool, prepare=None):
         yield from _read_only_by_mode(prepare)  # permission bits hold for other users
         return
     where = Path(tempfile.mkdtemp(prefix="supertune-doctor-mnt-"))
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        != 0
+    ):
         where.rmdir()
         pytest.skip("mount is not permitted here")
     try:
@@ -416,13 +463,23 @@ def test_options_are_checked_and_travel_to_the_worker():
         _parse("--comm", "--max-size", "lots")
     options = _parse("--comm", "--expect-gbps", "12.5", "--max-size", "64M", "--dir", "/scratch/me", "--json")
     assert _parse(*options.worker_argv()) == options
-    assert preflight_arguments(20, "/runs/x/doctor.json", "256M") == ["--comm", "--expect-gbps", "20", "--max-size", "256M", "--out", "/runs/x/doctor.json"]
+    assert preflight_arguments(20, "/runs/x/doctor.json", "256M") == [
+        "--comm",
+        "--expect-gbps",
+        "20",
+        "--max-size",
+        "256M",
+        "--out",
+        "/runs/x/doctor.json",
+    ]
 
 
 def test_report_merges_the_other_processes():
     own = [CheckResult("scratch", "ok", "fine")]
     other = [{"name": "gpu-visibility", "verdict": "fail", "evidence": "torch sees 0", "fix": "install"}]
-    elsewhere = merge_elsewhere([("n2", 4, other), ("n2", 5, other), ("n1", 1, [c.as_dict() for c in own])], [c.as_dict() for c in own])
+    elsewhere = merge_elsewhere(
+        [("n2", 4, other), ("n2", 5, other), ("n1", 1, [c.as_dict() for c in own])], [c.as_dict() for c in own]
+    )
     assert elsewhere == [{**other[0], "hosts": ["n2"], "ranks": [4, 5]}]
     doc = report_document("n1", {"rank": 0, "world_size": 8, "launcher": "slurm"}, own, elsewhere)
     assert doc["verdict"] == "fail" and doc["exit_code"] == 1
@@ -433,8 +490,19 @@ def test_report_merges_the_other_processes():
 
 
 def _doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return subprocess.run([sys.executable, "-m", "supertune", "doctor", *args], capture_output=True, text=True, timeout=120, env={**clean, **(env or {})})
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "NCCL_", "GLOO_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **(env or {})},
+    )
 
 
 def test_doctor_json_reports_every_check():
@@ -448,7 +516,9 @@ def test_doctor_json_reports_every_check():
 
 def test_doctor_refuses_a_gpu_job_that_torch_cannot_see():
     """A faked GPU allocation (SLURM GPU variables, no device): the CPU build is refused with the fix."""
-    proc = _doctor(env={"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_GPUS": "0,1"})
+    proc = _doctor(
+        env={"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_GPUS": "0,1"}
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL  gpu-visibility" in proc.stdout and "job 77 has 2 GPU(s) on this node" in proc.stdout
     assert "fix: install the build for the node's GPUs" in proc.stdout
@@ -465,16 +535,35 @@ def test_a_gpu_the_build_has_no_kernels_for_fails():
     on later minors of their major (sm_80 on 8.6), PTX on any later capability (compute_120 on 12.1)."""
     from supertune.doctor.gpus import has_kernels
 
-    cu130 = TorchFacts(version="2.13.0+cu130", cuda="13.0", device_count=1, gpus=(V100,), arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"))
+    cu130 = TorchFacts(
+        version="2.13.0+cu130",
+        cuda="13.0",
+        device_count=1,
+        gpus=(V100,),
+        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+    )
     result = check_gpus(cu130)
     assert result.verdict == "fail"
-    assert "carries kernels for sm_75, sm_80, sm_86, sm_90, sm_100, sm_120, compute_120 only, none for compute capability 7.0 (1 of 1 GPU(s))" in result.evidence
+    assert (
+        "carries kernels for sm_75, sm_80, sm_86, sm_90, sm_100, sm_120, compute_120 only, none for compute capability 7.0 (1 of 1 GPU(s))"
+        in result.evidence
+    )
     assert "sm_70" in result.fix
     a10 = GpuDevice(0, "NVIDIA A10", 24 * 2**30, (8, 6))
     assert has_kernels(a10, TorchFacts(version="x", cuda="12.8", arch_list=("sm_80",))) is True
-    assert has_kernels(GpuDevice(0, "B", 1, (12, 1)), TorchFacts(version="x", cuda="13.0", arch_list=("sm_90", "compute_120"))) is True
+    assert (
+        has_kernels(
+            GpuDevice(0, "B", 1, (12, 1)), TorchFacts(version="x", cuda="13.0", arch_list=("sm_90", "compute_120"))
+        )
+        is True
+    )
     assert has_kernels(H100, TorchFacts(version="x", cuda="13.0", arch_list=("sm_90a",))) is True
     assert has_kernels(H100, TorchFacts(version="x", cuda="12.6", arch_list=("sm_70", "sm_80"))) is False
     assert has_kernels(V100, TorchFacts(version="x", cuda="12.6")) is None  # no list: unknown, not refused
     assert has_kernels(MI250, ROCM_TORCH) is None
-    assert check_gpus(TorchFacts(version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(H100,), arch_list=("sm_80", "sm_90"))).verdict == "ok"
+    assert (
+        check_gpus(
+            TorchFacts(version="2.13.0+cu128", cuda="12.8", device_count=1, gpus=(H100,), arch_list=("sm_80", "sm_90"))
+        ).verdict
+        == "ok"
+    )

@@ -19,8 +19,21 @@ SIZES = [16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10]
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    launch = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "OMPI_", "PMI_")) and k not in launch}
+    launch = (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "OMPI_", "PMI_")) and k not in launch
+    }
     return {**env, **extra}
 
 
@@ -43,9 +56,17 @@ def test_expectation_compares_the_largest_size_of_each_collective():
         return Measurement(op, size, 1.0, (1.0,), busbw, busbw)
 
     result = CommResult("nccl", "cuda:0", 16, 2, 2, 5, expect_gbps=40.0)
-    result.measurements = [m("all_reduce", 1 << 20, 5.0), m("all_reduce", 1 << 30, 80.0), m("all_gather", 1 << 30, 30.0)]
+    result.measurements = [
+        m("all_reduce", 1 << 20, 5.0),
+        m("all_reduce", 1 << 30, 80.0),
+        m("all_gather", 1 << 30, 30.0),
+    ]
     check = comm_check(result)
-    assert check.verdict == "fail" and "all_gather 30 GB/s" in check.evidence and "all_reduce 80" not in check.evidence.split("below")[1]
+    assert (
+        check.verdict == "fail"
+        and "all_gather 30 GB/s" in check.evidence
+        and "all_reduce 80" not in check.evidence.split("below")[1]
+    )
     result.expect_gbps = 25.0
     assert comm_check(result).verdict == "ok"
 
@@ -59,7 +80,9 @@ def test_comm_over_two_local_gloo_processes():
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     comm = doc["comm"]
     assert (comm["backend"], comm["device"], comm["world_size"], comm["error"]) == ("gloo", "cpu", 2, None)
-    assert doc["launcher"] == "torchrun" and doc["checks"][-1]["name"] == "comm" and doc["checks"][-1]["verdict"] == "ok"
+    assert (
+        doc["launcher"] == "torchrun" and doc["checks"][-1]["name"] == "comm" and doc["checks"][-1]["verdict"] == "ok"
+    )
     n = comm["world_size"]
     for op in ("all_reduce", "all_gather"):
         rows = [m for m in comm["measurements"] if m["op"] == op]
@@ -96,7 +119,18 @@ def test_worker_as_a_job_step_runs_it(tmp_path):
             SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="localhost", SLURM_TASKS_PER_NODE="2",
             MASTER_PORT=port, HF_HUB_OFFLINE="1",
         )  # fmt: skip
-        argv = [sys.executable, "-m", "supertune.entry", "doctor-worker", "--comm", "--expect-gbps", "1000000", "--out", str(report), *SMALL]
+        argv = [
+            sys.executable,
+            "-m",
+            "supertune.entry",
+            "doctor-worker",
+            "--comm",
+            "--expect-gbps",
+            "1000000",
+            "--out",
+            str(report),
+            *SMALL,
+        ]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [1, 1], outputs
@@ -125,5 +159,9 @@ def test_a_failed_check_on_another_process_stops_the_measurement():
     doc = json.loads(outputs[0][0])
     assert doc["comm"]["measurements"] == [] and "not measured" in doc["comm"]["error"]
     [other] = [e for e in doc["elsewhere"] if e["name"] == "scratch"]
-    assert other["verdict"] == "fail" and other["ranks"] == [1] and "/proc/supertune-run: NOT writable" in other["evidence"]
+    assert (
+        other["verdict"] == "fail"
+        and other["ranks"] == [1]
+        and "/proc/supertune-run: NOT writable" in other["evidence"]
+    )
     assert "--run-dir" in other["fix"]

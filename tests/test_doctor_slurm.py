@@ -50,14 +50,22 @@ def test_preflight_over_two_nodes_passes_or_stops_the_job(slurm_multi: SlurmClus
 
 
 TINY = [
-    "training.max_steps=4", "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]",
-    "generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1", "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16", "slurm.preflight_max_size=1M",
+    "training.max_steps=4",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=4",
+    "data.max_eval_samples=16",
+    "slurm.preflight_max_size=1M",
 ]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
-def test_submit_preflight_runs_before_training_or_stops_the_job(launcher: str, slurm_multi: SlurmCluster, tmp_path: Path) -> None:
+def test_submit_preflight_runs_before_training_or_stops_the_job(
+    launcher: str, slurm_multi: SlurmCluster, tmp_path: Path
+) -> None:
     from slurm_fixtures import supertune
 
     config_dir = tmp_path / "config"

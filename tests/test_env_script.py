@@ -13,7 +13,14 @@ import pytest
 def _print(repo: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     merged = {k: v for k, v in os.environ.items() if k not in ("SUPERTUNE_TORCH", "SUPERTUNE_VENV")}
     merged.update(env)
-    return subprocess.run(["bash", str(repo / "scripts" / "env.sh"), "--print"], env=merged, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    return subprocess.run(
+        ["bash", str(repo / "scripts" / "env.sh"), "--print"],
+        env=merged,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
 
 
 def _pip_torch(out: str) -> str:
@@ -28,10 +35,18 @@ def _machine() -> str:
 def test_a_gpu_build_comes_from_pytorchs_index(repo: Path, tmp_path: Path, build: str) -> None:
     proc = _print(repo, tmp_path, SUPERTUNE_TORCH=build, SUPERTUNE_VENV="/project/p123/supertune-venv")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"supertune: PyTorch build {build} (SUPERTUNE_TORCH={build}); venv /project/p123/supertune-venv\n")
-    assert _pip_torch(proc.stdout) == f"/project/p123/supertune-venv/bin/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/{build}"
+    assert proc.stdout.startswith(
+        f"supertune: PyTorch build {build} (SUPERTUNE_TORCH={build}); venv /project/p123/supertune-venv\n"
+    )
+    assert (
+        _pip_torch(proc.stdout)
+        == f"/project/p123/supertune-venv/bin/python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/{build}"
+    )
     # The other pins are the same for every build.
-    assert f"/project/p123/supertune-venv/bin/python -m pip install -r {repo}/src/supertune/pinned-requirements.txt" in proc.stdout
+    assert (
+        f"/project/p123/supertune-venv/bin/python -m pip install -r {repo}/src/supertune/pinned-requirements.txt"
+        in proc.stdout
+    )
 
 
 def test_pypis_own_build_comes_from_pypi(repo: Path, tmp_path: Path) -> None:
@@ -56,7 +71,10 @@ def test_the_cpu_path_is_unchanged(repo: Path, tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         pip = f"{repo}/.venv/bin/python -m pip install"
         if _machine() == "x86_64":
-            assert _pip_torch(proc.stdout) == f"{pip} torch==2.13.0+cpu || {pip} torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu"
+            assert (
+                _pip_torch(proc.stdout)
+                == f"{pip} torch==2.13.0+cpu || {pip} torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu"
+            )
         else:
             assert _pip_torch(proc.stdout) == f"{pip} torch==2.13.0"
 
@@ -82,7 +100,13 @@ def test_auto_picks_the_cuda_build_the_driver_runs(repo: Path, tmp_path: Path) -
     from supertune.doctor.software import MIN_DRIVER_BRANCH
 
     cuda12, cuda13 = MIN_DRIVER_BRANCH[12], MIN_DRIVER_BRANCH[13]
-    for driver, build in ((f"{cuda13}.65.06", "cu130"), (f"{cuda13 + 10}.1", "cu130"), (f"{cuda13 - 1}.99", "cu128"), (f"{cuda12}.60.13", "cu128"), ("", "cu128")):
+    for driver, build in (
+        (f"{cuda13}.65.06", "cu130"),
+        (f"{cuda13 + 10}.1", "cu130"),
+        (f"{cuda13 - 1}.99", "cu128"),
+        (f"{cuda12}.60.13", "cu128"),
+        ("", "cu128"),
+    ):
         proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, driver))
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"supertune: PyTorch build {build} (auto: "), (driver, proc.stdout)
@@ -95,7 +119,9 @@ def test_auto_picks_the_cuda_build_the_driver_runs(repo: Path, tmp_path: Path) -
 def test_auto_refuses_a_driver_older_than_any_build(repo: Path, tmp_path: Path) -> None:
     proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "470.256.02"))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("supertune: the NVIDIA driver here (470.256.02) is older than 525, the oldest that runs CUDA 12 builds;")
+    assert proc.stderr.startswith(
+        "supertune: the NVIDIA driver here (470.256.02) is older than 525, the oldest that runs CUDA 12 builds;"
+    )
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -103,7 +129,9 @@ def test_auto_does_not_choose_for_gpus_older_than_cuda_13s(repo: Path, tmp_path:
     """Volta (7.0) beside newer GPUs: CUDA 13 builds carry no kernels for it, whatever the driver."""
     proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "580.65.06", ("9.0", "7.0")))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("supertune: these GPUs have compute capability 7.0, older than 7.5, where CUDA 13 builds start: auto will not choose for them;")
+    assert proc.stderr.startswith(
+        "supertune: these GPUs have compute capability 7.0, older than 7.5, where CUDA 13 builds start: auto will not choose for them;"
+    )
     for newer in (("7.5",), ("8.0", "10.0")):
         proc = _print(repo, tmp_path, PATH=_fake_nvidia_smi(tmp_path, "580.65.06", newer))
         assert proc.returncode == 0 and "PyTorch build cu130" in proc.stdout, (newer, proc.stderr)
@@ -112,7 +140,10 @@ def test_auto_does_not_choose_for_gpus_older_than_cuda_13s(repo: Path, tmp_path:
 def test_a_wrong_build_name_is_one_line(repo: Path, tmp_path: Path) -> None:
     proc = _print(repo, tmp_path, SUPERTUNE_TORCH="cuda12")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == "supertune: SUPERTUNE_TORCH=cuda12 is not a PyTorch build; use cpu, cu126, cu128, cu130, rocm6.4 (a wheel index name) or auto"
+    assert (
+        proc.stderr.strip()
+        == "supertune: SUPERTUNE_TORCH=cuda12 is not a PyTorch build; use cpu, cu126, cu128, cu130, rocm6.4 (a wheel index name) or auto"
+    )
 
 
 def _local_cpu_wheel_dirs() -> list[str]:
@@ -138,10 +169,14 @@ def test_a_build_other_than_asked_is_refused_after_installing(repo: Path, tmp_pa
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_") and k != "VIRTUAL_ENV"}
     env.update(SUPERTUNE_TORCH="cu130", SUPERTUNE_VENV=str(venv), SUPERTUNE_STREAMFLOW="0")
-    proc = subprocess.run(["bash", str(repo / "scripts" / "env.sh")], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    proc = subprocess.run(
+        ["bash", str(repo / "scripts" / "env.sh")], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"supertune: asked for PyTorch build cu130 (SUPERTUNE_TORCH=cu130), but pip installed cpu into {venv}:"), proc.stderr
+    assert last.startswith(
+        f"supertune: asked for PyTorch build cu130 (SUPERTUNE_TORCH=cu130), but pip installed cpu into {venv}:"
+    ), proc.stderr
     assert not (venv / ".supertune-installed").exists()
 
 
@@ -154,11 +189,23 @@ def test_the_venv_never_goes_among_other_files(repo: Path, tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_")}
     for venv, message in (
         (project / "notes.txt", f"supertune: SUPERTUNE_VENV={project}/notes.txt is a file, not a directory;"),
-        (project, f"supertune: SUPERTUNE_VENV={project} holds other files and no venv (no pyvenv.cfg); name a new directory inside it, e.g. SUPERTUNE_VENV={project}/supertune-venv"),
+        (
+            project,
+            f"supertune: SUPERTUNE_VENV={project} holds other files and no venv (no pyvenv.cfg); name a new directory inside it, e.g. SUPERTUNE_VENV={project}/supertune-venv",
+        ),
     ):
-        proc = subprocess.run(["bash", str(repo / "scripts" / "env.sh")], env={**env, "SUPERTUNE_VENV": str(venv)}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        proc = subprocess.run(
+            ["bash", str(repo / "scripts" / "env.sh")],
+            env={**env, "SUPERTUNE_VENV": str(venv)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
-    assert sorted(p.name for p in project.iterdir()) == ["notes.txt"] and (project / "notes.txt").read_text() == "mine\n"
+    assert (
+        sorted(p.name for p in project.iterdir()) == ["notes.txt"] and (project / "notes.txt").read_text() == "mine\n"
+    )
     proc = _print(repo, tmp_path, SUPERTUNE_VENV="venvs/st")
     assert proc.returncode == 0 and f"; venv {tmp_path}/venvs/st\n" in proc.stdout

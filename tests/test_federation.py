@@ -17,7 +17,12 @@ from safetensors.numpy import load_file
 
 from supertune.federation.default import site_corpus
 
-TINY_SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=4", "data.max_eval_samples=24"]
+TINY_SITE = [
+    "generate.max_new_tokens=0",
+    "training.report_to=[]",
+    "training.logging_steps=4",
+    "data.max_eval_samples=24",
+]
 
 
 def _federation(tmp_path: Path, rounds: int = 3, **extra) -> Path:
@@ -29,7 +34,13 @@ def _federation(tmp_path: Path, rounds: int = 3, **extra) -> Path:
             "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *TINY_SITE],
             "steps_per_round": 8,
         })  # fmt: skip
-    config = {"name": "fed-test", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": rounds, "sites": sites, **extra}
+    config = {
+        "name": "fed-test",
+        "base_config_overrides": {"num_hidden_layers": 1},
+        "rounds": rounds,
+        "sites": sites,
+        **extra,
+    }
     path = tmp_path / "federation.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
@@ -37,7 +48,13 @@ def _federation(tmp_path: Path, rounds: int = 3, **extra) -> Path:
 
 def _federate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     merged = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True, env=merged, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", "federate", *args],
+        capture_output=True,
+        text=True,
+        env=merged,
+        timeout=timeout,
+    )
 
 
 def _global(directory: Path, number: int) -> dict[str, np.ndarray]:
@@ -79,7 +96,9 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
         rd = uninterrupted / f"round-{row['round']:03d}"
         trained = json.loads((rd / row["site"] / "trained.json").read_text())
         evaluated = json.loads((rd / row["site"] / "evaluated.json").read_text())
-        before = json.loads((uninterrupted / f"round-{row['round'] - 1:03d}" / row["site"] / "evaluated.json").read_text())
+        before = json.loads(
+            (uninterrupted / f"round-{row['round'] - 1:03d}" / row["site"] / "evaluated.json").read_text()
+        )
         averaged = json.loads((rd / "averaged.json").read_text())
         assert row["tokens"] == trained["tokens"] and row["local_after"] == trained["eval_loss"]
         assert row["global"] == evaluated["eval_loss"] and row["local_before"] == before["eval_loss"]
@@ -89,7 +108,10 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
         assert trained["checkpoint"] in [i["directory"] for i in manifest["inputs"]]
     markdown = (uninterrupted / "rounds.md").read_text()
     first = table["rows"][0]
-    assert f"| 1 | site-a | {first['tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |" in markdown
+    assert (
+        f"| 1 | site-a | {first['tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |"
+        in markdown
+    )
     status = _federate("--status", str(uninterrupted))
     assert status.returncode == 0 and status.stdout == markdown
 
@@ -106,7 +128,9 @@ def test_the_plot_is_a_picture_with_data(uninterrupted: Path) -> None:
 @pytest.mark.slow
 def test_running_a_finished_federation_again_redoes_nothing(uninterrupted: Path) -> None:
     receipts = sorted(uninterrupted.rglob("*.json"))
-    before = {p: p.stat().st_mtime_ns for p in receipts if p.name in ("trained.json", "averaged.json", "evaluated.json")}
+    before = {
+        p: p.stat().st_mtime_ns for p in receipts if p.name in ("trained.json", "averaged.json", "evaluated.json")
+    }
     again = _federate(str(uninterrupted))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming the federation" in again.stderr
@@ -202,6 +226,7 @@ def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) 
     from supertune.federation.sites import resolve_sites
 
     remote = ["data.train_files=/site/scratch/corpus/*.jsonl", "data.validation_files=/site/scratch/valid.jsonl"]
+
     def fed(*extra: str) -> FederationConfig:
         return FederationConfig(executor="streamflow", sites=[
             SiteConfig(name="far", login="me@login.example.org", workdir="/site/work", overrides=[*remote, *extra]),

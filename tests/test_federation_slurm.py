@@ -17,12 +17,16 @@ from supertune.federation.default import site_corpus
 SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=4", "data.max_eval_samples=24"]
 
 
-def test_a_round_with_a_site_on_the_test_cluster(slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path) -> None:
+def test_a_round_with_a_site_on_the_test_cluster(
+    slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path
+) -> None:
     # The shipped `local` profile describes this machine and the test cluster, but `where: local`
     # means "a process here" in a federation: the cluster gets a profile of its own name.
     profiles = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters"
     profiles.mkdir(parents=True)
-    (profiles / "testcluster.yaml").write_text("description: the Slurm test cluster\ncpus_per_node: 2\n", encoding="utf-8")
+    (profiles / "testcluster.yaml").write_text(
+        "description: the Slurm test cluster\ncpus_per_node: 2\n", encoding="utf-8"
+    )
     sites = []
     for name, where in (("here", "local"), ("there", "testcluster")):
         train, validation = site_corpus("site-a" if name == "here" else "site-b")

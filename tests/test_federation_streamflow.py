@@ -65,7 +65,9 @@ def _federation(path: Path, executor: str, where: dict[str, str] | None = None, 
 
 
 def _federate(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def _global(directory: Path) -> dict[str, np.ndarray]:
@@ -107,7 +109,9 @@ def builtin_round(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_two_local_deployments_average_as_the_builtin_executor(streamflow: str, builtin_round: Path, tmp_path: Path) -> None:
+def test_two_local_deployments_average_as_the_builtin_executor(
+    streamflow: str, builtin_round: Path, tmp_path: Path
+) -> None:
     fed_dir = tmp_path / "fed"
     proc = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -115,20 +119,31 @@ def test_two_local_deployments_average_as_the_builtin_executor(streamflow: str, 
 
     # Every receipt the built-in executor writes, with the same counts.
     ours, theirs = _receipts(fed_dir), _receipts(builtin_round)
-    assert ours.keys() == theirs.keys() and len(ours) == 7  # 2 evaluations of the base; 2 trainings, 1 average, 2 evaluations
+    assert (
+        ours.keys() == theirs.keys() and len(ours) == 7
+    )  # 2 evaluations of the base; 2 trainings, 1 average, 2 evaluations
     for key in ours:
         for field in ("tokens", "step", "samples", "weights", "round", "site"):
             assert ours[key].get(field) == theirs[key].get(field), (key, field)
-    assert ours["round-001/here/trained.json"]["checkpoint"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
+    assert ours["round-001/here/trained.json"]["checkpoint"] == str(
+        fed_dir / "round-001/here/run/checkpoints/checkpoint-4"
+    )
     assert ours["round-001/there/evaluated.json"]["model"] == str(fed_dir / "round-001/global")
-    assert abs(ours["round-001/there/evaluated.json"]["eval_loss"] - theirs["round-001/there/evaluated.json"]["eval_loss"]) < 1e-4
+    assert (
+        abs(ours["round-001/there/evaluated.json"]["eval_loss"] - theirs["round-001/there/evaluated.json"]["eval_loss"])
+        < 1e-4
+    )
 
     # What StreamFlow ran: one workflow per round, explicit steps, each site its own deployment.
     sf = fed_dir / "streamflow" / "round-001"
     workflow = yaml.safe_load((sf / "round.cwl").read_text())
     assert list(workflow["steps"]) == ["train_here", "train_there", "average", "evaluate_here", "evaluate_there"]
     config = yaml.safe_load((sf / "streamflow.yml").read_text())
-    assert {name: d["type"] for name, d in config["deployments"].items()} == {"federation": "local", "site.here": "local", "site.there": "local"}
+    assert {name: d["type"] for name, d in config["deployments"].items()} == {
+        "federation": "local",
+        "site.here": "local",
+        "site.there": "local",
+    }
     assert config["database"]["config"]["connection"] == str(sf / "streamflow.db") and (sf / "streamflow.db").is_file()
     assert sorted(p.name for p in (sf / "out").iterdir()) == [
         "averaged.json", "evaluated-here.json", "evaluated-there.json", "trained-here.json", "trained-there.json"]  # fmt: skip
@@ -158,7 +173,11 @@ def test_a_killed_average_fails_the_round_in_one_line_and_the_same_command_finis
     resumed = _federate(str(fed_dir))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     sf = fed_dir / "streamflow" / "round-001"
-    assert list(yaml.safe_load((sf / "round.cwl").read_text())["steps"]) == ["average", "evaluate_here", "evaluate_there"]
+    assert list(yaml.safe_load((sf / "round.cwl").read_text())["steps"]) == [
+        "average",
+        "evaluate_here",
+        "evaluate_there",
+    ]
     job = yaml.safe_load((sf / "job.yml").read_text())
     assert job["checkpoint_here"]["path"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
     assert _max_difference(_global(fed_dir), _global(builtin_round)) <= 1e-6
@@ -214,13 +233,19 @@ def test_a_step_that_reported_success_without_its_output_fails_the_round(tmp_pat
     sites = [SiteConfig(name="a"), SiteConfig(name="b")]
     root = FederationDir(tmp_path / "fed")
     rd = root.round(1)
-    evaluate = [SiteWork(s, 1, tmp_path / "site.yaml", rd.site(s.name).path, receipt=rd.site(s.name).evaluated) for s in sites]
+    evaluate = [
+        SiteWork(s, 1, tmp_path / "site.yaml", rd.site(s.name).path, receipt=rd.site(s.name).evaluated) for s in sites
+    ]
     work = RoundWork(1, root.round(0).global_model, rd.global_model, rd.averaged, evaluate=evaluate)
     files = RoundFiles(root.streamflow / "round-001")
     files.outdir.mkdir(parents=True)
-    (files.outdir / "evaluated-a.json").write_text(json.dumps({"eval_loss": 3.25, "model": "/staged/copy"}), encoding="utf-8")
+    (files.outdir / "evaluated-a.json").write_text(
+        json.dumps({"eval_loss": 3.25, "model": "/staged/copy"}), encoding="utf-8"
+    )
     executor = StreamFlowExecutor(FederationConfig(name="f", executor="streamflow", sites=sites), root)
-    with pytest.raises(UserError, match="b round 1: evaluation: StreamFlow reported success but left no evaluated-b.json"):
+    with pytest.raises(
+        UserError, match="b round 1: evaluation: StreamFlow reported success but left no evaluated-b.json"
+    ):
         executor._record(work, files, {})
     assert json.loads(rd.site("a").evaluated.read_text()) == {"eval_loss": 3.25, "model": str(rd.global_model)}
     assert not rd.site("b").evaluated.exists()
@@ -254,7 +279,9 @@ def test_a_site_behind_a_login_node_is_slurm_wrapping_ssh() -> None:
     from supertune.federation.cwl import RoundFiles, SitePlace, streamflow_config
     from supertune.federation.rounds import RoundWork
 
-    fed = FederationConfig(name="llama", streamflow=StreamFlowConfig(ssh_key="/home/me/.ssh/id_ed25519", polling_seconds=30))
+    fed = FederationConfig(
+        name="llama", streamflow=StreamFlowConfig(ssh_key="/home/me/.ssh/id_ed25519", polling_seconds=30)
+    )
     service = {"jobName": "llama-r002-leonardo-train", "nodes": "2", "ntasksPerNode": 4, "cpusPerTask": 8, "gpusPerNode": "4",
                "partition": "boost_usr_prod", "account": "EUHPC_X", "time": "04:00:00"}  # fmt: skip
     place = SitePlace("leonardo", "/scratch/me/fed/llama/round-002/leonardo", "/scratch/me/venv/bin/python", {},
@@ -266,11 +293,19 @@ def test_a_site_behind_a_login_node_is_slurm_wrapping_ssh() -> None:
     d = config["deployments"]
     assert d["login.leonardo"] == {
         "type": "ssh",
-        "config": {"nodes": ["login.leonardo.cineca.it:2222"], "checkHostKey": True, "username": "me", "sshKey": "/home/me/.ssh/id_ed25519"},
+        "config": {
+            "nodes": ["login.leonardo.cineca.it:2222"],
+            "checkHostKey": True,
+            "username": "me",
+            "sshKey": "/home/me/.ssh/id_ed25519",
+        },
         "workdir": place.workdir,
     }
     assert d["site.leonardo"]["type"] == "slurm" and d["site.leonardo"]["wraps"] == "login.leonardo"
-    assert d["site.leonardo"]["config"]["services"]["train"] == service and d["site.leonardo"]["config"]["pollingInterval"] == 30
+    assert (
+        d["site.leonardo"]["config"]["services"]["train"] == service
+        and d["site.leonardo"]["config"]["pollingInterval"] == 30
+    )
     assert d["federation"]["workdir"] == "/f/streamflow/round-002/work/federation"
     assert config["workflows"]["round-002"]["bindings"] == [
         {"step": "/train_leonardo", "target": {"deployment": "site.leonardo", "service": "train"}},
@@ -286,7 +321,9 @@ def test_a_site_on_the_test_cluster_through_streamflows_slurm_deployment(
     # `where: local` is "this machine" in a federation: the test cluster gets a profile of its own name.
     profiles = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters"
     profiles.mkdir(parents=True)
-    (profiles / "testcluster.yaml").write_text("description: the Slurm test cluster\ncpus_per_node: 2\n", encoding="utf-8")
+    (profiles / "testcluster.yaml").write_text(
+        "description: the Slurm test cluster\ncpus_per_node: 2\n", encoding="utf-8"
+    )
     fed_dir = tmp_path / "fed"
     config = _federation(tmp_path, "streamflow", where={"there": "testcluster"})
     proc = _federate(str(config), "--dir", str(fed_dir), env=slurm_client)
@@ -297,7 +334,13 @@ def test_a_site_on_the_test_cluster_through_streamflows_slurm_deployment(
     assert deployments["site.here"]["type"] == "local" and deployments["site.there"]["type"] == "slurm"
     assert "wraps" not in deployments["site.there"]
     train = deployments["site.there"]["config"]["services"]["train"]
-    assert train == {"jobName": "fed-sf-r001-there-train", "nodes": "1", "ntasksPerNode": 1, "cpusPerTask": 2, "time": "01:00:00"}
+    assert train == {
+        "jobName": "fed-sf-r001-there-train",
+        "nodes": "1",
+        "ntasksPerNode": 1,
+        "cpusPerTask": 2,
+        "time": "01:00:00",
+    }
     log = (sf / "streamflow.log").read_text()
     assert "Scheduled job" in log  # StreamFlow submitted the site's steps with sbatch
 

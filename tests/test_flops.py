@@ -16,16 +16,55 @@ from supertune.telemetry.flops import FORMULA, UnsupportedModel, architecture, f
 from supertune.telemetry.meter import Window, throughput_figures
 from supertune.telemetry.peaks import PEAKS, choose_peak, compute_dtype
 
-LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}
-LLAMA3_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
-GPT2_SMALL = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None, "vocab_size": 50257,
-              "tie_word_embeddings": True}
-OPT_125M = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
-            "vocab_size": 50272, "word_embed_proj_dim": 768, "tie_word_embeddings": True}
-OPT_350M = {"model_type": "opt", "hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
-            "vocab_size": 50272, "word_embed_proj_dim": 512, "tie_word_embeddings": True}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}
+LLAMA3_8B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+}
+GPT2_SMALL = {
+    "model_type": "gpt2",
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_inner": None,
+    "vocab_size": 50257,
+    "tie_word_embeddings": True,
+}
+OPT_125M = {
+    "model_type": "opt",
+    "hidden_size": 768,
+    "ffn_dim": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 768,
+    "tie_word_embeddings": True,
+}
+OPT_350M = {
+    "model_type": "opt",
+    "hidden_size": 1024,
+    "ffn_dim": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 512,
+    "tie_word_embeddings": True,
+}
 MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
                 "num_experts_per_tok": 2, "tie_word_embeddings": False}  # fmt: skip
@@ -69,7 +108,9 @@ def test_gpt2_small_by_hand_tied_embeddings_counted_once():
 
 def test_opt_by_hand_with_and_without_the_embedding_projection():
     small = flop_count(architecture(OPT_125M), 2048)
-    assert small.forward == 2 * (12 * (4 * 768 * 768 + 2 * 768 * 3072) + 768 * 50272) + 12 * 4 * 2048 * 768 == 322_584_576
+    assert (
+        small.forward == 2 * (12 * (4 * 768 * 768 + 2 * 768 * 3072) + 768 * 50272) + 12 * 4 * 2048 * 768 == 322_584_576
+    )
     # OPT-350m: 512-wide embeddings, projected in to 1024 and out again before a 512-wide head.
     weights = 24 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 512 * 1024 + 1024 * 512 + 512 * 50272
     big = flop_count(architecture(OPT_350M), 2048)
@@ -77,7 +118,9 @@ def test_opt_by_hand_with_and_without_the_embedding_projection():
 
 
 def test_mixture_of_experts_counts_the_router_and_top_k_experts():
-    per_layer = (2 * 4096 * 4096 + 2 * 4096 * 1024) + 4096 * 8 + 2 * 3 * 4096 * 14336  # attention, router, 2 of 8 experts
+    per_layer = (
+        (2 * 4096 * 4096 + 2 * 4096 * 1024) + 4096 * 8 + 2 * 3 * 4096 * 14336
+    )  # attention, router, 2 of 8 experts
     c = flop_count(architecture(MIXTRAL_8X7B), 4096)
     assert c.forward == 2 * (32 * per_layer + 4096 * 32000) + 32 * 4 * 4096 * 4096 == 27_644_657_664
     assert architecture(MIXTRAL_8X7B).matmul_weights() > 40e9  # every expert's weights: 46.7B in all
@@ -91,7 +134,11 @@ def test_training_multipliers():
     assert recompute.hardware == 4 * plain.forward - head  # the layers again; the head is not checkpointed
     lora = flop_count(arch, 4096, frozen_weights=True)
     assert lora.training == 2 * (plain.forward - plain.attention_scores) + 3 * plain.attention_scores
-    assert FORMULA in plain.describe() and "3x forward" in plain.describe() and "gradient checkpointing" in recompute.describe()
+    assert (
+        FORMULA in plain.describe()
+        and "3x forward" in plain.describe()
+        and "gradient checkpointing" in recompute.describe()
+    )
 
 
 def test_unsupported_models_are_named():
@@ -208,6 +255,7 @@ def test_an_unknown_model_type_is_fitted_to_the_built_model():
 
 # ---- peaks and MFU -----------------------------------------------------------------------------
 
+
 class _Profile:
     def __init__(self, name: str, peak: float) -> None:
         self.name, self.peak_bf16_tflops_per_gpu = name, peak
@@ -305,9 +353,13 @@ def test_a_gpu_run_names_its_peak_and_warns_once_above_100_percent(caplog):
 
     count = flop_count(architecture(LLAMA3_8B), 8192, recompute=True)
     device = "NVIDIA H100 80GB HBM3"
-    telemetry = Telemetry(count, None, choose_peak(device, "bf16"), device, LaunchEnvironment(world_size=16, num_nodes=2))
+    telemetry = Telemetry(
+        count, None, choose_peak(device, "bf16"), device, LaunchEnvironment(world_size=16, num_nodes=2)
+    )
     line = telemetry.plan_line()
-    assert line.startswith(f"devices 16 x {device} on 2 nodes; FLOPs per token 57.9 GFLOP (training = 3 x 19.3 GFLOP forward")
+    assert line.startswith(
+        f"devices 16 x {device} on 2 nodes; FLOPs per token 57.9 GFLOP (training = 3 x 19.3 GFLOP forward"
+    )
     assert "MFU against 989.4 TFLOP/s per device (NVIDIA H100 SXM bf16 dense" in line
     window = Window()
     window.add(seconds=1.0, wait_s=0.0, tokens=16 * 8000)  # 8,000 tokens per device per second

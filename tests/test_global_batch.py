@@ -43,19 +43,27 @@ def test_the_run_config_holds_the_split_for_the_planned_processes():
     # a SLURM job's processes: nodes x GPUs per node of the profile (LUMI: 8 GCDs)
     lumi = resolve(None, [*base, "launch.cluster=lumi", "launch.nodes=2", "training.bf16=true"])
     assert planned_world_size(lumi.config, lumi.profile) == 16
-    assert (lumi.config.training.per_device_train_batch_size, lumi.config.training.gradient_accumulation_steps) == (1, 1)
+    assert (lumi.config.training.per_device_train_batch_size, lumi.config.training.gradient_accumulation_steps) == (
+        1,
+        1,
+    )
     with pytest.raises(ConfigError, match="16 sequences cannot be split over 3 processes"):
         resolve_run_config(None, [*base, "launch.nproc=3"])
 
 
 def test_each_process_fits_the_split_to_its_real_world_size(caplog):
-    cfg = resolve_run_config(None, ["training.global_batch_size=16", "training.per_device_train_batch_size=8"])  # 8 x 2 for 1
+    cfg = resolve_run_config(
+        None, ["training.global_batch_size=16", "training.per_device_train_batch_size=8"]
+    )  # 8 x 2 for 1
     with caplog.at_level(logging.INFO, logger="supertune"):
         same = fit_global_batch(cfg, 1)
         four = fit_global_batch(cfg, 4)
     assert same is cfg
     assert (four.training.per_device_train_batch_size, four.training.gradient_accumulation_steps) == (4, 1)
-    assert "global batch 16 sequences (training.global_batch_size) = 4 per process x 4 process(es) x 1 accumulation step(s)" in caplog.text
+    assert (
+        "global batch 16 sequences (training.global_batch_size) = 4 per process x 4 process(es) x 1 accumulation step(s)"
+        in caplog.text
+    )
     assert "split again" in caplog.text
     with pytest.raises(ConfigError, match="over 3 processes"):
         fit_global_batch(cfg, 3)
@@ -67,7 +75,9 @@ def test_a_resume_with_another_process_count_keeps_the_global_batch():
     base = ["training.global_batch_size=16", "training.per_device_train_batch_size=8"]
     assert config_differences(resolve_run_config(None, base), resolve_run_config(None, [*base, "launch.nproc=2"])) == []
     plain = ["training.per_device_train_batch_size=8"]
-    changed = config_differences(resolve_run_config(None, plain), resolve_run_config(None, [*plain, "training.gradient_accumulation_steps=2"]))
+    changed = config_differences(
+        resolve_run_config(None, plain), resolve_run_config(None, [*plain, "training.gradient_accumulation_steps=2"])
+    )
     assert changed == ["training.gradient_accumulation_steps: 1 -> 2"]
 
 
@@ -75,9 +85,18 @@ def test_a_resume_with_another_process_count_keeps_the_global_batch():
 def test_one_and_two_processes_train_the_same_steps(tmp_path):
     """The same config, the same global batch of 16, at 1 process (8 x 2 accumulation) and 2 (8 x 1):
     equal per-step losses (the reduction order alone may differ)."""
-    common = ["training.global_batch_size=16", "training.per_device_train_batch_size=8", "training.max_steps=5",
-              "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]", "generate.max_new_tokens=0",
-              "model.config_overrides=num_hidden_layers=1", "data.max_eval_samples=32", "output.save_model=false"]
+    common = [
+        "training.global_batch_size=16",
+        "training.per_device_train_batch_size=8",
+        "training.max_steps=5",
+        "training.logging_steps=1",
+        "training.save_strategy=no",
+        "training.report_to=[]",
+        "generate.max_new_tokens=0",
+        "model.config_overrides=num_hidden_layers=1",
+        "data.max_eval_samples=32",
+        "output.save_model=false",
+    ]
     losses = {}
     for nproc in (1, 2):
         run = tmp_path / f"nproc{nproc}"
@@ -85,7 +104,9 @@ def test_one_and_two_processes_train_the_same_steps(tmp_path):
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         losses[nproc] = {r["step"]: r["loss"] for r in rows if "loss" in r}
         saved = yaml.safe_load((run / "config.yaml").read_text())["training"]
-        assert (saved["per_device_train_batch_size"], saved["gradient_accumulation_steps"]) == ((8, 2) if nproc == 1 else (8, 1))
+        assert (saved["per_device_train_batch_size"], saved["gradient_accumulation_steps"]) == (
+            (8, 2) if nproc == 1 else (8, 1)
+        )
         assert json.loads((run / "summary.json").read_text())["world_size"] == nproc
     assert sorted(losses[1]) == sorted(losses[2]) == [1, 2, 3, 4, 5]
     worst = max(abs(losses[1][s] - losses[2][s]) for s in losses[1])

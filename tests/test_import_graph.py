@@ -94,7 +94,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("documents", "clusters"),
     ("config",),
     ("launch", "embedded", "hub", "checkpoints", "weight_files"),
-    ("entry", "rundir", "subprocesses", "durable_files", "file_table", "file_formats", "byte_sizes", "exit_codes", "paths"),
+    (
+        "entry",
+        "rundir",
+        "subprocesses",
+        "durable_files",
+        "file_table",
+        "file_formats",
+        "byte_sizes",
+        "exit_codes",
+        "paths",
+    ),
     ("errors", "supertune"),
 )
 
@@ -138,7 +148,9 @@ def test_every_package_has_a_floor():
     floor = _floor()
     assert len(floor) == sum(len(f) for f in LAYERS), "a package stands on two floors"
     missing = sorted({_package(m) for m in _imports()} - set(floor))
-    assert missing == [], f"packages without a floor in LAYERS: {missing}; give each one in tests/test_import_graph.py and docs/architecture.md"
+    assert missing == [], (
+        f"packages without a floor in LAYERS: {missing}; give each one in tests/test_import_graph.py and docs/architecture.md"
+    )
 
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:

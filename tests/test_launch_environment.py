@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supertune.launch.environment import export_for_torch, expand_nodelist, launch_environment, port_for_job
+from supertune.launch.environment import expand_nodelist, export_for_torch, launch_environment, port_for_job
 
 SLURM_STEP = {
     "SLURM_JOB_ID": "4242",
@@ -23,8 +23,15 @@ def test_plain_process_is_rank_zero_of_one():
 
 
 def test_torchrun_variables():
-    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-           "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
+    env = {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+        "MASTER_ADDR": "n1",
+        "MASTER_PORT": "29500",
+    }
     view = launch_environment(env)
     assert view.launcher == "torchrun"
     assert (view.rank, view.local_rank, view.world_size, view.node_rank, view.num_nodes) == (3, 1, 4, 1, 2)
@@ -63,8 +70,12 @@ def test_one_visible_gpu_means_device_zero():
 
 
 def test_mpi_variables():
-    env = {"OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "6",
+        "OMPI_COMM_WORLD_SIZE": "8",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    }
     view = launch_environment(env)
     assert (view.launcher, view.rank, view.local_rank, view.node_rank, view.num_nodes) == ("mpi", 6, 2, 1, 2)
 

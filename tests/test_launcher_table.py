@@ -36,7 +36,10 @@ def test_a_new_record_is_a_choice_everywhere(with_mpirun, capsys):
     assert resolve_run_config(None, ["launch.launcher=mpirun"]).launch.launcher == "mpirun"
     assert "launch.launcher (torchrun | accelerate | deepspeed | srun | mpirun; default torchrun)" in keys_reference()
     assert main(["config", "show", "launch.launcher=mpirunn"]) == 2
-    assert "launch.launcher: 'mpirunn' is not one of torchrun, accelerate, deepspeed, srun, mpirun (did you mean mpirun?)" in capsys.readouterr().err
+    assert (
+        "launch.launcher: 'mpirunn' is not one of torchrun, accelerate, deepspeed, srun, mpirun (did you mean mpirun?)"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_new_record_renders(with_mpirun):
@@ -49,7 +52,10 @@ def test_a_new_record_renders(with_mpirun):
     job = job_spec(cfg, profile, "/runs/x", "/venv/bin/python")
     script = render_sbatch(job, profile)
     assert "#SBATCH --ntasks-per-node=1" in script  # one agent per node, as the record says
-    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task=2 mpirun -np 4 /venv/bin/python -m supertune.entry train-worker /runs/x &" in script
+    assert (
+        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task=2 mpirun -np 4 /venv/bin/python -m supertune.entry train-worker /runs/x &"
+        in script
+    )
     one_per_process = dataclasses.replace(with_mpirun, one_task_per_process=True)
     launchers.LAUNCHERS["mpirun"] = one_per_process
     assert "#SBATCH --ntasks-per-node=2" in render_sbatch(job, profile)

@@ -18,12 +18,21 @@ def _tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(config)
 
 
-@pytest.mark.parametrize(("choice", "dtype", "name"), [("fp16", torch.float16, "float16"), ("bf16", torch.bfloat16, "bfloat16")])
+@pytest.mark.parametrize(
+    ("choice", "dtype", "name"), [("fp16", torch.float16, "float16"), ("bf16", torch.bfloat16, "bfloat16")]
+)
 def test_a_sharded_model_is_cast_as_torch_rounds_and_loads_in_that_dtype(tmp_path, choice, dtype, name):
     from transformers import AutoModelForCausalLM
 
@@ -67,7 +76,9 @@ def test_a_value_beyond_fp16_is_refused_and_the_model_left_as_saved(tmp_path):
         model.lm_head.weight[3, 5] = 7.0e4
     model.save_pretrained(tmp_path)
     data = (tmp_path / "model.safetensors").read_bytes()
-    with pytest.raises(UserError, match=r"output.dtype: tensor 'lm_head.weight' has values up to 7e\+04, beyond what F16 can hold"):
+    with pytest.raises(
+        UserError, match=r"output.dtype: tensor 'lm_head.weight' has values up to 7e\+04, beyond what F16 can hold"
+    ):
         cast_saved_model(tmp_path, "fp16")
     assert (tmp_path / "model.safetensors").read_bytes() == data and not list(tmp_path.glob(".*cast*"))
     assert cast_saved_model(tmp_path, "bf16") == "bfloat16"  # bf16 has fp32's range
@@ -83,9 +94,20 @@ def test_a_run_trained_in_bf16_saves_its_model_in_fp16(tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 
     run = tmp_path / "run"
-    args = ["train", "--run-dir", str(run), "training.max_steps=3", "training.bf16=true", "output.dtype=fp16",
-            "model.config_overrides=num_hidden_layers=1", "training.report_to=[]", "generate.max_new_tokens=0",
-            "training.per_device_train_batch_size=4", "data.max_eval_samples=16", "training.save_strategy=no"]
+    args = [
+        "train",
+        "--run-dir",
+        str(run),
+        "training.max_steps=3",
+        "training.bf16=true",
+        "output.dtype=fp16",
+        "model.config_overrides=num_hidden_layers=1",
+        "training.report_to=[]",
+        "generate.max_new_tokens=0",
+        "training.per_device_train_batch_size=4",
+        "data.max_eval_samples=16",
+        "training.save_strategy=no",
+    ]
     assert main(args) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["mixed_precision"] == "bf16"

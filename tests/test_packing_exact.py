@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from supertune.training_data.document_bins import IGNORE_INDEX, DocumentBins, best_fit_decreasing, plan_documents
 from supertune.errors import UserError
 from supertune.modeling import packed_attention
 from supertune.modeling.packed_attention import VERIFIED_MODEL_TYPES, keep_packed_rows_apart, varlen_arguments
+from supertune.training_data.document_bins import IGNORE_INDEX, DocumentBins, best_fit_decreasing, plan_documents
 
 VOCAB = 64
 PAD = 0
@@ -35,8 +35,16 @@ def _llama(attention: str = "sdpa"):
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return AutoModelForCausalLM.from_config(config, attn_implementation=attention, dtype=torch.float32)
 
@@ -45,7 +53,9 @@ def _gpt2(attention: str = "sdpa"):
     from transformers import AutoModelForCausalLM, GPT2Config
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2
+    )
     return AutoModelForCausalLM.from_config(config, attn_implementation=attention, dtype=torch.float32)
 
 
@@ -86,7 +96,9 @@ def test_every_document_whole_in_one_block_and_long_ones_in_pieces_from_position
             assert labels[s] == IGNORE_INDEX  # the first token of a document is never predicted from another
             piece = ids[s:e].tolist()
             if set(piece) == {PAD}:
-                assert e == BLOCK and labels[s:e].eq(IGNORE_INDEX).all()  # the padding: a sequence of its own, out of the loss
+                assert (
+                    e == BLOCK and labels[s:e].eq(IGNORE_INDEX).all()
+                )  # the padding: a sequence of its own, out of the loss
             else:
                 assert labels[s + 1 : e].tolist() == piece[1:]
                 seen.append(piece)
@@ -204,9 +216,20 @@ def _tiny(model_type: str):
 
     config = AutoConfig.for_model(model_type)
     sizes = {
-        "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 64, "head_dim": 8, "n_embd": 32, "n_layer": 2, "n_head": 4,
-        "n_positions": 64, "num_local_experts": 2, "num_experts_per_tok": 1,
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+        "head_dim": 8,
+        "n_embd": 32,
+        "n_layer": 2,
+        "n_head": 4,
+        "n_positions": 64,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
     }
     for key, value in sizes.items():
         if hasattr(config, key):
@@ -227,7 +250,9 @@ def _models(model_type: str):
     for attention in packed_attention.MASKED_ATTENTION:
         torch.manual_seed(0)
         try:
-            model = AutoModelForCausalLM.from_config(_tiny(model_type), attn_implementation=attention, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_config(
+                _tiny(model_type), attn_implementation=attention, dtype=torch.float32
+            )
         except ValueError as exc:
             assert "does not support" in str(exc)
             continue

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from supertune.config.errors import ConfigError
-
 from supertune.cli.main import main
+from supertune.config.errors import ConfigError
 
 WORDS = "river town alder miller bridge lantern orchard winter harbor stone quiet market".split()
 BLOCK = 32
@@ -124,8 +123,21 @@ def test_the_padding_is_logged(files, tmp_path, caplog):
     import logging
 
     with caplog.at_level(logging.INFO, logger="supertune"):
-        assert main(["train", "--run-dir", str(tmp_path / "run"), *COMMON, *_data(files), "training.max_steps=1",
-                     "training.save_strategy=no", "output.save_model=false"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--run-dir",
+                    str(tmp_path / "run"),
+                    *COMMON,
+                    *_data(files),
+                    "training.max_steps=1",
+                    "training.save_strategy=no",
+                    "output.save_model=false",
+                ]
+            )
+            == 0
+        )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("document mask: training split")]
     assert len(lines) == 1
     assert "240 documents" in lines[0] and "padding" in lines[0] and "longer than 32 tokens" in lines[0]
@@ -144,9 +156,9 @@ def test_from_a_store_the_losses_are_those_from_the_files(in_memory, files, tmp_
 
 
 def test_streaming_trains_and_reads_the_same_rows_every_time(files, tmp_path):
-    from supertune.training_data.pipeline import build_training_data
     from supertune.modeling.tokenizer import load_tokenizer
     from supertune.resolve import resolve_run_config
+    from supertune.training_data.pipeline import build_training_data
 
     args = [*COMMON, *_data(files), "data.streaming=true"]
     cfg = resolve_run_config(None, args)
@@ -179,9 +191,23 @@ def test_a_model_type_that_ignores_the_boundaries_is_refused(files, tmp_path, ca
     from transformers import OPTConfig
 
     model_dir = tmp_path / "opt"
-    OPTConfig(vocab_size=2000, hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4, word_embed_proj_dim=32,
-              max_position_embeddings=64).save_pretrained(model_dir)
-    args = [*COMMON, *_data(files), f"model.name_or_path={model_dir}", "model.from_config=true", "model.config_overrides={}", _tokenizer_override()]
+    OPTConfig(
+        vocab_size=2000,
+        hidden_size=32,
+        ffn_dim=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        word_embed_proj_dim=32,
+        max_position_embeddings=64,
+    ).save_pretrained(model_dir)
+    args = [
+        *COMMON,
+        *_data(files),
+        f"model.name_or_path={model_dir}",
+        "model.from_config=true",
+        "model.config_overrides={}",
+        _tokenizer_override(),
+    ]
     assert main(["train", "--run-dir", str(tmp_path / "run"), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("supertune: error: data.document_mask: model type 'opt' is not verified"), err[-3:]
@@ -244,9 +270,20 @@ def test_the_model_check_before_a_run_reads_the_model_type_from_its_config(files
         return document_mask_problems(cfg.model, cfg.data)
 
     assert problems("data.document_mask=true") == []  # the embedded Llama
-    assert problems("data.document_mask=true", f"model.name_or_path={tmp_path / 'gpt2'}", "model.from_config=true") == []
+    assert (
+        problems("data.document_mask=true", f"model.name_or_path={tmp_path / 'gpt2'}", "model.from_config=true") == []
+    )
     # Config resolution itself refuses it, before anything is created.
     with pytest.raises(ConfigError) as refused:
-        resolve_run_config(None, [*_data(files), "data.document_mask=true", f"model.name_or_path={tmp_path / 'opt'}", "model.from_config=true", _tokenizer_override()])
+        resolve_run_config(
+            None,
+            [
+                *_data(files),
+                "data.document_mask=true",
+                f"model.name_or_path={tmp_path / 'opt'}",
+                "model.from_config=true",
+                _tokenizer_override(),
+            ],
+        )
     assert str(refused.value).startswith("data.document_mask: model type 'opt' is not verified")
     assert problems(f"model.name_or_path={tmp_path / 'opt'}", "model.from_config=true") == []  # not asked for

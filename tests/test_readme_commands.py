@@ -168,7 +168,9 @@ def test_readme_command_runs(command, tmp_path):
     argv = [sys.executable, "-m", "supertune", *args]
     proc = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     ran = "supertune " + shlex.join(args)
-    assert proc.returncode == 0, f"README: `{command}` (checked as `{ran}`) exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"README: `{command}` (checked as `{ran}`) exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    )
 
 
 def test_the_default_run_is_run_for_real_elsewhere():
@@ -183,12 +185,16 @@ def test_every_command_has_a_row():
 
     rows = [line for line in README_TEXT.splitlines() if line.startswith("| `supertune ")]
     named = {re.match(r"\| `supertune ([a-z]+)", row).group(1) for row in rows}
-    assert named == set(SUBCOMMANDS), f"README command table: missing {sorted(set(SUBCOMMANDS) - named)}, stale {sorted(named - set(SUBCOMMANDS))}"
+    assert named == set(SUBCOMMANDS), (
+        f"README command table: missing {sorted(set(SUBCOMMANDS) - named)}, stale {sorted(named - set(SUBCOMMANDS))}"
+    )
 
 
 def test_readme_is_short():
     size = len(README_TEXT.encode("utf-8"))
-    assert size <= MAX_README_BYTES, f"README.md is {size} bytes; at most {MAX_README_BYTES}: move the detail into docs/"
+    assert size <= MAX_README_BYTES, (
+        f"README.md is {size} bytes; at most {MAX_README_BYTES}: move the detail into docs/"
+    )
 
 
 def _links(page: Path) -> list[str]:
@@ -222,11 +228,17 @@ def test_readme_links_every_page():
     tutorials_index = REPO / "docs" / "tutorials" / "README.md"
     assert tutorials_index.resolve() in linked
     indexed = {_target(tutorials_index, link)[0] for link in _links(tutorials_index)}
-    unlisted = [p.name for p in sorted(tutorials_index.parent.glob("*.md")) if p != tutorials_index and p.resolve() not in indexed]
+    unlisted = [
+        p.name
+        for p in sorted(tutorials_index.parent.glob("*.md"))
+        if p != tutorials_index and p.resolve() not in indexed
+    ]
     assert not unlisted, f"docs/tutorials/README.md does not link: {unlisted}"
 
 
-@pytest.mark.parametrize("page", ["README.md", "bench/README.md", *sorted(str(p.relative_to(REPO)) for p in REPO.glob("docs/**/*.md"))])
+@pytest.mark.parametrize(
+    "page", ["README.md", "bench/README.md", *sorted(str(p.relative_to(REPO)) for p in REPO.glob("docs/**/*.md"))]
+)
 def test_links_lead_somewhere(page):
     source = REPO / page
     broken = []

@@ -32,8 +32,9 @@ SETTINGS = [
 REQUEUE = 75
 
 
-def train(run_dir: Path, *extra: str, fault: str | None = None, once: Path | None = None, nproc: int = 1,
-          timeout: float = 300) -> subprocess.CompletedProcess:
+def train(
+    run_dir: Path, *extra: str, fault: str | None = None, once: Path | None = None, nproc: int = 1, timeout: float = 300
+) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("SUPERTUNE_FAULT", None)
     env.pop("SUPERTUNE_FAULT_ONCE", None)
@@ -145,7 +146,14 @@ def test_checkpoint_describes_itself(reference):
     manifest = read_manifest(layout.final(12))
     assert (manifest.step, manifest.samples_seen, manifest.world_size, manifest.global_batch) == (12, 96, 1, 8)
     assert manifest.tokens_seen == json.loads((reference / "summary.json").read_text())["train_tokens"]
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "config.yaml"):
+    for name in (
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "config.yaml",
+    ):
         assert name in manifest.files, name
     assert MANIFEST_FILE not in manifest.files
     assert check_files(layout.final(12), manifest) == []
@@ -155,7 +163,9 @@ def _wait_for_step(run: Path, step: int, proc: subprocess.Popen, timeout: float 
     deadline = time.time() + timeout
     while time.time() < deadline:
         metrics = run / "metrics.jsonl"
-        if metrics.exists() and any(json.loads(line).get("step", 0) >= step for line in metrics.read_text().splitlines()):
+        if metrics.exists() and any(
+            json.loads(line).get("step", 0) >= step for line in metrics.read_text().splitlines()
+        ):
             return
         assert proc.poll() is None, "training ended before the signal"
         time.sleep(0.1)
@@ -206,7 +216,13 @@ def test_resume_refuses_other_settings_and_no_resume(tmp_path, reference):
 
 def test_nan_stops_the_run_naming_the_step(tmp_path):
     run = tmp_path / "run"
-    proc = train(run, "training.learning_rate=1e6", "training.max_grad_norm=0", "training.warmup_steps=0", "training.save_steps=1")
+    proc = train(
+        run,
+        "training.learning_rate=1e6",
+        "training.max_grad_norm=0",
+        "training.warmup_steps=0",
+        "training.save_steps=1",
+    )
     assert proc.returncode == 2
     error = error_lines(proc.stdout + proc.stderr)
     assert len(error) == 1 and "became NaN or Inf at step 2" in error[0] and "checkpoint-1" in error[0], proc.stderr
@@ -218,8 +234,19 @@ def test_nan_stops_the_run_naming_the_step(tmp_path):
 
 def test_a_dead_rank_ends_the_run_within_the_timeout(tmp_path):
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "supertune", "train", "--run-dir", str(run), "--nproc", "2", *SETTINGS,
-            "training.max_steps=400", "training.ddp_timeout=60"]
+    argv = [
+        sys.executable,
+        "-m",
+        "supertune",
+        "train",
+        "--run-dir",
+        str(run),
+        "--nproc",
+        "2",
+        *SETTINGS,
+        "training.max_steps=400",
+        "training.ddp_timeout=60",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         _wait_for_step(run, 2, proc)
@@ -243,7 +270,9 @@ def test_full_disk_stops_before_the_checkpoint(tmp_path):
     """On a 24 MB file system the first checkpoint (15 MB) fits and the second does not."""
     mount = tmp_path / "small"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         if os.environ.get("CI", "").lower() not in ("", "0", "false"):
             pytest.fail(f"cannot mount a small tmpfs with CI set: {made.stderr.strip()}")
@@ -268,7 +297,18 @@ def test_submit_again_resumes_the_same_run_dir(tmp_path):
     run = tmp_path / "run"
 
     def submit(*extra: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "supertune", "submit", "--cluster", "local", "--dry-run", "--run-dir", str(run), *extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "supertune",
+            "submit",
+            "--cluster",
+            "local",
+            "--dry-run",
+            "--run-dir",
+            str(run),
+            *extra,
+        ]
         return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
     first = submit("training.max_steps=50")

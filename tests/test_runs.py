@@ -27,13 +27,17 @@ TINY = [
 
 @pytest.mark.parametrize("name", list(ENTRY_POINTS))
 def test_every_entry_point_answers_its_help_with_argparse(name: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "supertune.entry", name, "--help"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune.entry", name, "--help"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: python -m supertune.entry {name} ")
 
 
 def test_an_unknown_entry_point_is_one_line_naming_the_choices() -> None:
-    proc = subprocess.run([sys.executable, "-m", "supertune.entry", "train_worker", "/tmp/x"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune.entry", "train_worker", "/tmp/x"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "invalid choice: 'train_worker' (choose from 'train-worker'" in proc.stderr
 
@@ -42,7 +46,9 @@ def test_users_help_shows_no_entry_point() -> None:
     from supertune.cli.main import COMMANDS
 
     for argv in [["--help"], *([name, "--help"] for name in COMMANDS)]:
-        out = subprocess.run([sys.executable, "-m", "supertune", *argv], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "supertune", *argv], capture_output=True, text=True, timeout=60
+        ).stdout
         assert "supertune.entry" not in out and not any(name in out for name in ENTRY_POINTS), argv
         if argv[0] == "prepare":
             assert "--part" not in out and "--work" not in out and "--merge" not in out
@@ -94,14 +100,22 @@ def test_a_local_run_killed_resumes_and_is_then_found_finished(tmp_path: Path) -
 
     resumed = train_logged(resolution, run, log)
     assert resumed.exit_code == 0, log.read_text()[-3000:]
-    assert resumed.summary is not None and resumed.summary["train_steps"] == 6 and resumed.summary["resumed_from_step"] == 2  # killed before step 4's save
+    assert (
+        resumed.summary is not None
+        and resumed.summary["train_steps"] == 6
+        and resumed.summary["resumed_from_step"] == 2
+    )  # killed before step 4's save
     text = log.read_text()
-    assert f"resuming the run in {run}" in text and text.count("supertune: rank 0 of 1 ") == 2  # the worker's line, twice
+    assert (
+        f"resuming the run in {run}" in text and text.count("supertune: rank 0 of 1 ") == 2
+    )  # the worker's line, twice
 
     again = train_logged(resolution, run, log)
     assert again.exit_code == 0 and again.summary == resumed.summary
     text = log.read_text()
-    assert "has already finished; nothing to resume" in text and text.count("supertune: rank 0 of 1 ") == 2  # nothing started
+    assert (
+        "has already finished; nothing to resume" in text and text.count("supertune: rank 0 of 1 ") == 2
+    )  # nothing started
     with pytest.raises(Exception, match="--no-resume was given"):
         train_logged(resolution, run, log, no_resume=True)
 
@@ -126,7 +140,11 @@ def test_the_wait_loop_hands_back_each_job_as_it_ends(slurm_single, slurm_env: d
     slow = slurm_single.sbatch(None, "--wrap", "sleep 4", f"--output={tmp_path}/slow.out")
     failing = slurm_single.sbatch(None, "--wrap", "exit 3", f"--output={tmp_path}/failing.out")
     seen: list[tuple[str, str]] = []
-    ended = list(wait_for_jobs({"slow": str(slow), "failing": str(failing)}, 1, lambda key, state: seen.append((key, state.state))))
+    ended = list(
+        wait_for_jobs(
+            {"slow": str(slow), "failing": str(failing)}, 1, lambda key, state: seen.append((key, state.state))
+        )
+    )
     assert [(key, state.state) for key, state in ended] == [("failing", "FAILED"), ("slow", "COMPLETED")]
     assert ("failing", "FAILED") in seen and ("slow", "COMPLETED") in seen
     assert len(seen) == len(set(seen))  # each state a job is in is heard once
@@ -140,12 +158,16 @@ def test_a_queued_run_is_refused_or_its_job_kept(slurm_single, slurm_env: dict[s
     from supertune.slurm.jobs import job_records
 
     run = tmp_path / "run"
-    resolution = resolve(None, [*TINY, "launch.cluster=local", "launch.launcher=srun", "launch.procs_per_node=1", "slurm.time=00:10:00"])
+    resolution = resolve(
+        None, [*TINY, "launch.cluster=local", "launch.launcher=srun", "launch.procs_per_node=1", "slurm.time=00:10:00"]
+    )
     first = start_slurm(resolution, str(run))
     assert first.job_id and first.job_id.isdigit() and not first.kept and first.choice.resumed is False
     assert [r.job_id for r in job_records(first.run)] == [first.job_id]  # recorded in the run's jobs.jsonl
     try:
-        with pytest.raises(UserError, match=rf"--run-dir: job {first.job_id} of this run is still [A-Z]+; it resumes by itself"):
+        with pytest.raises(
+            UserError, match=rf"--run-dir: job {first.job_id} of this run is still [A-Z]+; it resumes by itself"
+        ):
             start_slurm(resolution, str(run))
         kept = start_slurm(resolution, str(run), if_queued="keep")
         assert (kept.job_id, kept.kept, kept.script) == (first.job_id, True, None)

@@ -43,7 +43,9 @@ def test_wrap_job_completes_and_writes_its_output(slurm_single: SlurmCluster, tm
 
 def test_two_tasks_run_on_one_node(slurm_single: SlurmCluster, tmp_path: Path) -> None:
     out = tmp_path / "tasks.out"
-    script = "#!/bin/bash\n#SBATCH --ntasks=2\nsrun bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME'\n"
+    script = (
+        "#!/bin/bash\n#SBATCH --ntasks=2\nsrun bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME'\n"
+    )
     job = slurm_single.sbatch(script, f"--output={out}")
     assert slurm_single.wait(job) == "COMPLETED"
     node = slurm_single.nodes[0]

@@ -26,9 +26,14 @@ TOPOLOGIES = {"1x2": (1, 2), "2x1": (2, 1)}  # nodes x processes per node: world
 # The smallest run that still proves it: one decoder layer, 8 logged steps, a short evaluation.
 # Global batch 2 x 8 = 16 sequences everywhere.
 COMMON = [
-    "training.max_steps=8", "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]",
-    "generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=8", "data.max_eval_samples=64",
+    "training.max_steps=8",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=8",
+    "data.max_eval_samples=64",
 ]
 TOLERANCE = 1e-4  # DDP: same data, same seeds, only the reduction order may differ
 JOB_TIMEOUT = 420.0
@@ -45,7 +50,6 @@ class Run:
     state: str = ""
     log: str = ""
     seconds: float = 0.0
-
 
 
 def _client_env(cluster: SlurmCluster | None, config_dir: Path) -> dict[str, str]:
@@ -65,7 +69,9 @@ def _job_log(run_dir: Path, job_id: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_single: SlurmCluster, slurm_multi: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+def runs(
+    slurm_single: SlurmCluster, slurm_multi: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Run]:
     """Keys: "local", and "<launcher>-1x2" / "<launcher>-2x1" for the jobs."""
     from supertune.embedded.corpus import default_corpus
     from supertune.embedded.tokenizer import default_tokenizer
@@ -87,14 +93,35 @@ def runs(slurm_single: SlurmCluster, slurm_multi: SlurmCluster, tmp_path_factory
         for launcher in LAUNCHERS:
             run_dir = root / f"{launcher}-{topology}"
             proc = supertune(
-                "submit", "--cluster", "local", "--nodes", str(nodes), "--launcher", launcher, "--run-dir", str(run_dir),
-                f"launch.procs_per_node={procs}", *COMMON, env=_client_env(cluster, config_dir), cwd=root,
+                "submit",
+                "--cluster",
+                "local",
+                "--nodes",
+                str(nodes),
+                "--launcher",
+                launcher,
+                "--run-dir",
+                str(run_dir),
+                f"launch.procs_per_node={procs}",
+                *COMMON,
+                env=_client_env(cluster, config_dir),
+                cwd=root,
             )
             assert proc.returncode == 0, proc.stderr
             submitted[f"{launcher}-{topology}"] = (cluster, int(proc.stdout.strip()), run_dir, time.monotonic())
 
     local_dir = root / "local"
-    local = supertune("train", "--nproc", "2", "--run-dir", str(local_dir), *COMMON, env=_client_env(None, config_dir), cwd=root, timeout=600)
+    local = supertune(
+        "train",
+        "--nproc",
+        "2",
+        "--run-dir",
+        str(local_dir),
+        *COMMON,
+        env=_client_env(None, config_dir),
+        cwd=root,
+        timeout=600,
+    )
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     out = {"local": Run(local_dir, *_results(local_dir))}
 
@@ -120,7 +147,9 @@ JOBS = [f"{launcher}-{topology}" for topology in TOPOLOGIES for launcher in LAUN
 
 
 @pytest.mark.parametrize("key", JOBS)
-def test_job_completes_with_two_processes_where_asked(key: str, runs: dict[str, Run], slurm_single: SlurmCluster) -> None:
+def test_job_completes_with_two_processes_where_asked(
+    key: str, runs: dict[str, Run], slurm_single: SlurmCluster
+) -> None:
     run = runs[key]
     assert run.summary["world_size"] == 2 and run.summary["train_steps"] == 8
     # Each process says where it runs: both ranks, each once, on the right hosts.
@@ -176,7 +205,9 @@ srun {supertune_bin} env --json
     assert slurm_multi.wait(job, timeout=120) == "COMPLETED", (tmp_path / "tasks.out").read_text()
     batch = json.loads((tmp_path / "batch.json").read_text())
     assert (batch["launcher"], batch["world_size"], batch["job_id"]) == ("none", 1, str(job))
-    tasks = sorted((json.loads(line) for line in (tmp_path / "tasks.out").read_text().splitlines()), key=lambda v: v["rank"])
+    tasks = sorted(
+        (json.loads(line) for line in (tmp_path / "tasks.out").read_text().splitlines()), key=lambda v: v["rank"]
+    )
     assert [(t["rank"], t["node_rank"], t["world_size"], t["num_nodes"]) for t in tasks] == [(0, 0, 2, 2), (1, 1, 2, 2)]
     assert {t["launcher"] for t in tasks} == {"slurm"} and {t["master_addr"] for t in tasks} == {"node1"}
     assert {t["master_port"] for t in tasks} == {10000 + job % 20000}
@@ -184,12 +215,21 @@ srun {supertune_bin} env --json
 
 # ---- what each launcher's processes are told (no cluster needed) --------------------------------
 
+
 def test_deepspeed_launcher_variables_give_the_node() -> None:
     from supertune.launch.environment import launch_environment
 
     # What deepspeed.launcher.launch sets on the second of two nodes with one process each.
-    env = {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "CROSS_RANK": "1", "CROSS_SIZE": "2", "LOCAL_SIZE": "1",
-           "MASTER_ADDR": "node1", "MASTER_PORT": "10004"}
+    env = {
+        "RANK": "1",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "CROSS_RANK": "1",
+        "CROSS_SIZE": "2",
+        "LOCAL_SIZE": "1",
+        "MASTER_ADDR": "node1",
+        "MASTER_PORT": "10004",
+    }
     view = launch_environment(env)
     assert (view.node_rank, view.num_nodes, view.local_world_size, view.elastic_agent) == (1, 2, 1, False)
 
@@ -197,8 +237,14 @@ def test_deepspeed_launcher_variables_give_the_node() -> None:
 def test_torchrun_workers_know_their_agent() -> None:
     from supertune.launch.environment import launch_environment
 
-    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
-           "TORCHELASTIC_RUN_ID": "17"}
+    env = {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+        "TORCHELASTIC_RUN_ID": "17",
+    }
     view = launch_environment(env)
     assert (view.node_rank, view.num_nodes, view.elastic_agent) == (0, 2, True)
 
@@ -206,7 +252,13 @@ def test_torchrun_workers_know_their_agent() -> None:
 def test_only_srun_tasks_are_ranks() -> None:
     from supertune.launch.environment import launch_environment
 
-    task = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODEID": "1"}
+    task = {
+        "SLURM_JOB_ID": "9",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_NODEID": "1",
+    }
     assert launch_environment(dict(task, SLURM_STEPID="0")).launcher == "slurm"  # the older name alone
     for step in ("interactive", "4294967293", "batch", "extern"):
         assert launch_environment(dict(task, SLURM_STEP_ID=step)).launcher == "none", step

@@ -7,22 +7,37 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
 from slurm_fixtures import supertune
 
 TINY = [
-    "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]", "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1", "training.per_device_train_batch_size=4", "data.max_eval_samples=16",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=4",
+    "data.max_eval_samples=16",
     "launch.procs_per_node=1",
 ]
 # No '/' (a run name names a directory); everything else a shell or sbatch's header reader could act on.
-HOSTILE_NAME = "it's a \"run\" #1 $(touch pwned) `touch pwned`; x %j"
+HOSTILE_NAME = 'it\'s a "run" #1 $(touch pwned) `touch pwned`; x %j'
 
 
 def _submit(slurm_client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str, launcher: str = "srun") -> int:
-    proc = supertune("submit", "--cluster", "local", "--launcher", launcher, "--run-dir", str(run_dir), *TINY, *overrides,
-                     env=slurm_client, cwd=cwd)
+    proc = supertune(
+        "submit",
+        "--cluster",
+        "local",
+        "--launcher",
+        launcher,
+        "--run-dir",
+        str(run_dir),
+        *TINY,
+        *overrides,
+        env=slurm_client,
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().isdigit(), proc.stdout  # only the job id on stdout
     return int(proc.stdout)
@@ -36,7 +51,9 @@ def _status_row(slurm_client: dict[str, str], cwd: Path, *args: str) -> list[str
     return lines[1:]
 
 
-def test_follow_logs_and_status_of_a_finished_job(slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path) -> None:
+def test_follow_logs_and_status_of_a_finished_job(
+    slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path
+) -> None:
     runs_root = tmp_path / f"runs {HOSTILE_NAME}"
     run_dir = runs_root / f"{HOSTILE_NAME}-1"
     job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=4", f"output.name={HOSTILE_NAME}")

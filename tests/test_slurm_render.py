@@ -22,8 +22,8 @@ import pytest
 
 from supertune.clusters import load_profile
 from supertune.clusters.schema import ClusterProfile
-from supertune.resolve import resolve_run_config
 from supertune.errors import UserError
+from supertune.resolve import resolve_run_config
 from supertune.slurm.job import JobSpec, job_spec
 from supertune.slurm.script import render_sbatch, step_words
 from supertune.slurm.shell import Expand
@@ -73,7 +73,9 @@ def test_script_matches_its_golden_file(profile: str, launcher: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"{path} missing: run with SUPERTUNE_UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(encoding="utf-8"), f"rendering changed; SUPERTUNE_UPDATE_GOLDEN=1 rewrites {path.name}"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"rendering changed; SUPERTUNE_UPDATE_GOLDEN=1 rewrites {path.name}"
+    )
 
 
 def test_no_stale_golden_files() -> None:
@@ -97,7 +99,9 @@ def test_script_passes_bash_n_and_shellcheck(profile: str, launcher: str, tmp_pa
     script.write_text(_render(profile, launcher), encoding="utf-8")
     syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
-    lint = subprocess.run([_shellcheck(), "--shell=bash", "--severity=style", str(script)], capture_output=True, text=True)
+    lint = subprocess.run(
+        [_shellcheck(), "--shell=bash", "--severity=style", str(script)], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
@@ -131,9 +135,22 @@ TRICKS = "a $(touch {m}) `touch {m}` ; touch {m} ; 'single' \"double\" # hash * 
 
 def _base_job(**changes: object) -> JobSpec:
     job = JobSpec(
-        name="base", run_dir="/tmp/run", launcher="torchrun", nodes=2, procs_per_node=2, gpus_per_node=0,
-        cpus_per_proc=1, time="00:10:00", partition=None, account=None, qos=None, mem=None, exclusive=False,
-        extra_args=(), python="/usr/bin/python3", master_port=None,
+        name="base",
+        run_dir="/tmp/run",
+        launcher="torchrun",
+        nodes=2,
+        procs_per_node=2,
+        gpus_per_node=0,
+        cpus_per_proc=1,
+        time="00:10:00",
+        partition=None,
+        account=None,
+        qos=None,
+        mem=None,
+        exclusive=False,
+        extra_args=(),
+        python="/usr/bin/python3",
+        master_port=None,
     )
     return dataclasses.replace(job, **changes)
 
@@ -204,7 +221,9 @@ def _stubs(directory: Path, record: Path) -> None:
 
 def _python_stub(path: Path, record: Path) -> None:
     path.parent.mkdir(parents=True)
-    path.write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" > "{record}/python.argv"\nenv -0 > "{record}/python.env"\n', encoding="utf-8")
+    path.write_text(
+        f'#!/bin/bash\nprintf "%s\\0" "$@" > "{record}/python.argv"\nenv -0 > "{record}/python.env"\n', encoding="utf-8"
+    )
     path.chmod(0o755)
 
 
@@ -259,8 +278,14 @@ def test_hostile_values_reach_the_processes_exactly_and_run_nothing(launcher: st
     hostile_env = {"HOSTILE": tricks + " \\ end", "WITH_REF": "${HOME}/cache $USER", "NEWLINE": "one\ntwo"}
     profile = ClusterProfile(name="hostile", modules=["LUMI/24.03", "partition/G"], module_purge=True, env=hostile_env)
     job = _base_job(
-        name=f"name {tricks}", run_dir=str(run_dir), launcher=launcher, python=str(python),
-        partition=f"p {tricks}", account=f"acc {tricks}", qos=f"q {tricks}", mem=f"m {tricks}",
+        name=f"name {tricks}",
+        run_dir=str(run_dir),
+        launcher=launcher,
+        python=str(python),
+        partition=f"p {tricks}",
+        account=f"acc {tricks}",
+        qos=f"q {tricks}",
+        mem=f"m {tricks}",
         extra_args=(f"--comment={tricks}",),
     )
     script = render_sbatch(job, profile)
@@ -268,8 +293,13 @@ def test_hostile_values_reach_the_processes_exactly_and_run_nothing(launcher: st
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not marker.exists(), "a value was executed"
 
-    step_env = {"SLURM_NODEID": "0", "SLURM_JOB_ID": "1234", "SLURM_JOB_NUM_NODES": "2",
-                "MASTER_ADDR": "node1", "MASTER_PORT": str(10000 + 1234 % 20000)}
+    step_env = {
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NUM_NODES": "2",
+        "MASTER_ADDR": "node1",
+        "MASTER_PORT": str(10000 + 1234 % 20000),
+    }
     argv = _read_argv(record / "python.argv")
     assert [str(python), *argv] == _expected_step(job, profile, step_env)
     assert argv[-1] == str(run_dir)
@@ -279,8 +309,12 @@ def test_hostile_values_reach_the_processes_exactly_and_run_nothing(launcher: st
     assert env["SUPERTUNE_RUN_DIR"] == str(run_dir) and env["OMP_NUM_THREADS"] == "1"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("node1", step_env["MASTER_PORT"])
     srun = _read_argv(record / "srun.argv")
-    assert srun[:4] == ["--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}", f"--cpus-per-task={job.cpus_per_task}",
-                        "bash" if launcher in ("accelerate", "deepspeed") else str(python)]
+    assert srun[:4] == [
+        "--kill-on-bad-exit=1",
+        f"--ntasks-per-node={job.tasks_per_node}",
+        f"--cpus-per-task={job.cpus_per_task}",
+        "bash" if launcher in ("accelerate", "deepspeed") else str(python),
+    ]
     assert _read_argv(record / "module.argv") == ["load", "LUMI/24.03", "partition/G"]  # after `module purge`
     if launcher == "deepspeed":
         assert (run_dir / "hostfile").read_text() == "node1 slots=2\nnode2 slots=2\n"
@@ -293,8 +327,11 @@ def test_container_paths_expand_their_variables_and_nothing_else(tmp_path: Path)
     stubs = tmp_path / "stubs"
     _stubs(stubs, record)
     container = dataclasses.replace(
-        ClusterProfile().container, runtime="singularity", image="/images/${USER}/st.sif",
-        binds=["/scratch", "/project/$USER"], extra_args=[f"--env=X=$(touch {marker})"],
+        ClusterProfile().container,
+        runtime="singularity",
+        image="/images/${USER}/st.sif",
+        binds=["/scratch", "/project/$USER"],
+        extra_args=[f"--env=X=$(touch {marker})"],
     )
     profile = ClusterProfile(name="c", gpu_vendor="amd", gpus_per_node=8, container=container)
     job = _base_job(launcher="deepspeed", python="python3", run_dir=str(tmp_path / "run"))
@@ -302,7 +339,14 @@ def test_container_paths_expand_their_variables_and_nothing_else(tmp_path: Path)
     proc = _execute(render_sbatch(job, profile), tmp_path, stubs)
     assert proc.returncode == 0, proc.stderr
     argv = _read_argv(record / "singularity.argv")
-    assert argv[:6] == ["exec", "--rocm", "--bind", "/scratch,/project/alice", f"--env=X=$(touch {marker})", "/images/alice/st.sif"]
+    assert argv[:6] == [
+        "exec",
+        "--rocm",
+        "--bind",
+        "/scratch,/project/alice",
+        f"--env=X=$(touch {marker})",
+        "/images/alice/st.sif",
+    ]
     assert argv[6:9] == ["python3", "-m", "deepspeed.launcher.runner"]
     assert not marker.exists()
 
@@ -310,9 +354,9 @@ def test_container_paths_expand_their_variables_and_nothing_else(tmp_path: Path)
 def test_sbatch_header_values_follow_sbatchs_own_reading() -> None:
     """sbatch strips quotes, honours backslash escapes even inside quotes, ends a value at a blank and
     starts a comment at #: checked against real sbatch on the test cluster (see test_slurm_lifecycle)."""
-    script = render_sbatch(_base_job(name='it"s a \'name\' #1 \\ %x', run_dir="/tmp/100% done"), ClusterProfile())
+    script = render_sbatch(_base_job(name="it\"s a 'name' #1 \\ %x", run_dir="/tmp/100% done"), ClusterProfile())
     assert '#SBATCH --job-name="it\\"s a \'name\' #1 \\\\ %x"' in script
-    assert "#SBATCH --output=\"/tmp/100%% done/logs/%x-%j.out\"" in script
+    assert '#SBATCH --output="/tmp/100%% done/logs/%x-%j.out"' in script
 
 
 # ---- the CLI without torch --------------------------------------------------------------------
@@ -328,11 +372,13 @@ except SystemExit as exc:
     code = exc.code
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(%r))
 sys.stderr.write("PROBE " + json.dumps({"code": code, "heavy": heavy, "seconds": time.perf_counter() - t0}) + "\\n")
-""" % (HEAVY,)
+""" % (HEAVY,)  # noqa: UP031 (the probe's own source is full of braces)
 
 
 def _supertune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def _probe(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object], float]:
@@ -340,14 +386,16 @@ def _probe(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str]
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
     wall = time.perf_counter() - t0
     line = [x for x in proc.stderr.splitlines() if x.startswith("PROBE ")][-1]
-    return proc, json.loads(line[len("PROBE "):]), wall
+    return proc, json.loads(line[len("PROBE ") :]), wall
 
 
 def test_dry_run_prints_only_the_script_fast_and_without_torch(tmp_path: Path) -> None:
     walls = []
     for i in range(3):  # the best of three: the machine may be busy with other work
         run_dir = tmp_path / f"run{i}"
-        proc, probe, wall = _probe(["submit", "--dry-run", "--run-dir", str(run_dir), "--nodes", "2", "--launcher", "deepspeed"], tmp_path)
+        proc, probe, wall = _probe(
+            ["submit", "--dry-run", "--run-dir", str(run_dir), "--nodes", "2", "--launcher", "deepspeed"], tmp_path
+        )
         assert probe["code"] == 0 and probe["heavy"] == [], probe
         assert proc.stdout == (run_dir / "job.sbatch").read_text()
         assert proc.stdout.startswith("#!/bin/bash\n") and "nothing submitted" not in proc.stdout

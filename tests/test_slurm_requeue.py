@@ -17,13 +17,20 @@ from slurm_fixtures import supertune
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "training.logging_steps=1", "training.save_steps=100000", "training.report_to=[]", "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1", "training.per_device_train_batch_size=4", "data.max_eval_samples=16",
+    "training.logging_steps=1",
+    "training.save_steps=100000",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=4",
+    "data.max_eval_samples=16",
 ]
 
 
 def _submit(slurm_client: dict[str, str], cwd: Path, run_dir: Path, *overrides: str) -> int:
-    proc = supertune("submit", "--cluster", "local", "--run-dir", str(run_dir), *TINY, *overrides, env=slurm_client, cwd=cwd)
+    proc = supertune(
+        "submit", "--cluster", "local", "--run-dir", str(run_dir), *TINY, *overrides, env=slurm_client, cwd=cwd
+    )
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout)
 
@@ -43,7 +50,9 @@ def _wait_until(condition, what: str, timeout: float, cluster: SlurmCluster) -> 
         time.sleep(0.2)
 
 
-def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: SlurmCluster, slurm_client, tmp_path: Path) -> None:
+def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(
+    slurm_single: SlurmCluster, slurm_client, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
     settings = ["training.max_steps=60", "launch.launcher=torchrun", "launch.procs_per_node=2"]
     job = _submit(slurm_client, tmp_path, run_dir, *settings)
@@ -54,7 +63,9 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: 
     assert slurm_single.wait(job, timeout=60) == "COMPLETED"
     info = slurm_single.job_info(job)
     assert info["Restarts"] == "1", info
-    log = (run_dir / "logs" / f"supertune-{job}.out").read_text() + (run_dir / "logs" / f"supertune-{job}.err").read_text()
+    log = (run_dir / "logs" / f"supertune-{job}.out").read_text() + (
+        run_dir / "logs" / f"supertune-{job}.err"
+    ).read_text()
     assert "USR1 received by the job script" in log
     assert f"requeueing job {job} (restart 1 of 20)" in log
     assert "restart 0" in log and "restart 1" in log  # one log, appended across both attempts
@@ -78,11 +89,21 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(slurm_single: 
     assert row[header.index("RESTARTS")] == "1" and row[header.index("STATE")] == "COMPLETED"
 
 
-def test_a_real_time_limit_signals_checkpoints_and_requeues(slurm_single: SlurmCluster, slurm_client, tmp_path: Path) -> None:
+def test_a_real_time_limit_signals_checkpoints_and_requeues(
+    slurm_single: SlurmCluster, slurm_client, tmp_path: Path
+) -> None:
     """slurm.time 2 minutes with a 60 s lead: SLURM itself sends USR1 before the limit."""
     run_dir = tmp_path / "run"
-    job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=1000000", "slurm.time=00:02:00", "slurm.signal_lead=60",
-                  "launch.launcher=srun", "launch.procs_per_node=1")
+    job = _submit(
+        slurm_client,
+        tmp_path,
+        run_dir,
+        "training.max_steps=1000000",
+        "slurm.time=00:02:00",
+        "slurm.signal_lead=60",
+        "launch.launcher=srun",
+        "launch.procs_per_node=1",
+    )
     out = run_dir / "logs" / f"supertune-{job}.out"
     err = run_dir / "logs" / f"supertune-{job}.err"
     text = wait_for_text(out, "requeueing job", timeout=200)

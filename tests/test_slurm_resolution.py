@@ -34,18 +34,36 @@ run_config:
 """
 
 TINY = [
-    "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]", "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1", "training.per_device_train_batch_size=4", "data.max_eval_samples=16",
-    "training.max_steps=6", "output.progress_seconds=0.2",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=4",
+    "data.max_eval_samples=16",
+    "training.max_steps=6",
+    "output.progress_seconds=0.2",
 ]
 
 
-def test_an_override_of_the_profile_survives_a_real_job(slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path) -> None:
+def test_an_override_of_the_profile_survives_a_real_job(
+    slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path
+) -> None:
     profiles = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters"
     profiles.mkdir(parents=True)
     (profiles / "ibex.yaml").write_text(TEST_CLUSTER_IBEX)
     run_dir = tmp_path / "run"
-    argv = ["submit", "--cluster", "ibex", "--launcher", "srun", "--run-dir", str(run_dir), "training.fp16=false", *TINY]
+    argv = [
+        "submit",
+        "--cluster",
+        "ibex",
+        "--launcher",
+        "srun",
+        "--run-dir",
+        str(run_dir),
+        "training.fp16=false",
+        *TINY,
+    ]
 
     proc = supertune(*argv, env=slurm_client, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -19,13 +19,24 @@ import pytest
 from cluster.slurm_cluster import SlurmCluster
 
 COMMON = [
-    "training.max_steps=6", "training.logging_steps=1", "training.save_strategy=no", "training.report_to=[]",
-    "generate.max_new_tokens=4", "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=8", "data.max_eval_samples=64",
+    "training.max_steps=6",
+    "training.logging_steps=1",
+    "training.save_strategy=no",
+    "training.report_to=[]",
+    "generate.max_new_tokens=4",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=8",
+    "data.max_eval_samples=64",
 ]
 JOBS = {
     # this one also writes checkpoints, so that the token check covers the Trainer's saved state
-    "zero2-deepspeed": ["--launcher", "deepspeed", "distributed.strategy=zero2", "training.save_strategy=steps", "training.save_steps=3"],
+    "zero2-deepspeed": [
+        "--launcher",
+        "deepspeed",
+        "distributed.strategy=zero2",
+        "training.save_strategy=steps",
+        "training.save_steps=3",
+    ],
     "zero3-torchrun": ["--launcher", "torchrun", "distributed.strategy=zero3"],
     "zero2-offload-srun": ["--launcher", "srun", "distributed.strategy=zero2", "distributed.offload=cpu"],
 }
@@ -34,7 +45,9 @@ TOKEN = "hf_SupertuneTestTokenDoNotLeak0123456789"
 
 
 def _supertune(*args: str, env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
@@ -49,8 +62,21 @@ def zero_runs(slurm_single: SlurmCluster, tmp_path_factory: pytest.TempPathFacto
     env = dict(slurm_single.env, HF_TOKEN=TOKEN, SUPERTUNE_CONFIG_DIR=str(root / "config"))
     jobs = {}
     for name, args in JOBS.items():
-        proc = _supertune("submit", "--cluster", "local", "--nodes", "1", "launch.procs_per_node=2", "--run-dir",
-                          str(root / name), *COMMON, *args, env=env, cwd=root, timeout=120)
+        proc = _supertune(
+            "submit",
+            "--cluster",
+            "local",
+            "--nodes",
+            "1",
+            "launch.procs_per_node=2",
+            "--run-dir",
+            str(root / name),
+            *COMMON,
+            *args,
+            env=env,
+            cwd=root,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         jobs[name] = int(proc.stdout.strip())
     local_env = dict(os.environ, HF_TOKEN=TOKEN, SUPERTUNE_CONFIG_DIR=str(root / "config"))
@@ -78,7 +104,9 @@ def test_zero3_gathered_model_reloads_with_its_eval_loss(zero_runs):
     run = zero_runs["zero3-torchrun"]
     weights = list((run / "model").glob("*.safetensors"))
     assert weights, "no full checkpoint was gathered"
-    proc = subprocess.run([sys.executable, "-m", "supertune", "eval", str(run / "model")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune", "eval", str(run / "model")], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     loss = float(proc.stdout.split("eval loss ")[1].split()[0])
     assert abs(loss - json.loads((run / "summary.json").read_text())["eval_loss"]) <= 1e-5

@@ -46,7 +46,11 @@ def test_round_trip_gives_the_templated_documents_with_eos_in_order(files, tmp_p
 
     out = tmp_path / "store"
     template = "Title {title}. {text}"
-    args = [f"data.train_files={files['train']}", f"data.validation_files={files['valid']}", f"data.template={template}"]
+    args = [
+        f"data.train_files={files['train']}",
+        f"data.validation_files={files['valid']}",
+        f"data.template={template}",
+    ]
     assert _prepare(out, *args) == 0
     store = open_store(out, hashes=True)
     tok = _tokenizer()
@@ -72,9 +76,17 @@ def test_two_prepares_write_byte_identical_stores(files, tmp_path):
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
-    assert manifest["split_rule"] == {"validation": "percentage", "percentage": 10, "seed": 42, "max_train_samples": None, "max_eval_samples": None}
+    assert manifest["split_rule"] == {
+        "validation": "percentage",
+        "percentage": 10,
+        "seed": 42,
+        "max_train_samples": None,
+        "max_eval_samples": None,
+    }
     assert manifest["sources"]["train"][0]["name"] == "train.jsonl"
-    stored = [s["offsets"]["file"] for s in manifest["splits"].values()] + [sh["file"] for s in manifest["splits"].values() for sh in s["shards"]]
+    stored = [s["offsets"]["file"] for s in manifest["splits"].values()] + [
+        sh["file"] for s in manifest["splits"].values() for sh in s["shards"]
+    ]
     assert stored and all("/" not in name for name in stored)  # relative to the store: it can move
 
 
@@ -144,7 +156,10 @@ def _losses(run_dir: Path) -> list[float]:
 
 def test_training_from_a_store_matches_training_from_the_files(files, tmp_path):
     store = tmp_path / "store"
-    assert _prepare(store, f"data.train_files={files['train']}", "data.validation_split_percentage=10", shard_tokens=700) == 0
+    assert (
+        _prepare(store, f"data.train_files={files['train']}", "data.validation_split_percentage=10", shard_tokens=700)
+        == 0
+    )
     started = time.monotonic()
     assert main(_train_args(tmp_path / "raw", files)) == 0
     assert main(_train_args(tmp_path / "stored", files, f"data.store={store}")) == 0
@@ -161,9 +176,16 @@ def test_training_from_a_store_matches_training_from_the_files(files, tmp_path):
 
 def test_a_store_from_another_tokenizer_or_template_is_refused(good_store, files, tmp_path, capsys):
     common = [f"data.store={good_store}", f"data.validation_files={files['valid']}"]
-    assert main(_train_args(tmp_path / "t", files, *common, "model.tokenizer=train", "model.tokenizer_vocab_size=400")) == 2
+    assert (
+        main(_train_args(tmp_path / "t", files, *common, "model.tokenizer=train", "model.tokenizer_vocab_size=400"))
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("supertune: error: data.store:") and "tokenizer sha256" in err[-1] and "prepare again" in err[-1]
+    assert (
+        err[-1].startswith("supertune: error: data.store:")
+        and "tokenizer sha256" in err[-1]
+        and "prepare again" in err[-1]
+    )
     assert main(_train_args(tmp_path / "u", files, *common, "data.template=Q: {text}", "data.add_eos=false")) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "data.template=None, the run's is 'Q: {text}'" in err and "data.add_eos=True, the run's is False" in err
@@ -181,11 +203,13 @@ def test_a_corrupted_store_is_refused_before_training(good_store, files, tmp_pat
 
 
 def test_store_settings_are_checked_with_the_config(tmp_path):
-    from supertune.resolve import resolve_run_config
     from supertune.config.errors import ConfigError
+    from supertune.resolve import resolve_run_config
 
     with pytest.raises(ConfigError) as info:
-        resolve_run_config(None, [f"data.store={tmp_path}", "data.packing=false", f"model.bundle={tmp_path}", "model.tokenizer=gpt2"])
+        resolve_run_config(
+            None, [f"data.store={tmp_path}", "data.packing=false", f"model.bundle={tmp_path}", "model.tokenizer=gpt2"]
+        )
     text = str(info.value)
     assert "data.store: " in text and "no manifest.json" in text
     assert "model.bundle: " in text and "has no offline bundle" in text and "set together with model.tokenizer" in text
@@ -216,8 +240,21 @@ def test_eval_with_data_files_reads_the_files_not_the_store(tmp_path, capsys):
     store = tmp_path / "store"
     assert main(["prepare", "--out", str(store)]) == 0
     run = tmp_path / "run"
-    assert main(["train", "--run-dir", str(run), f"data.store={store}", "training.max_steps=1", "training.save_strategy=no",
-                 "generate.max_new_tokens=0", "training.report_to=[]"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--run-dir",
+                str(run),
+                f"data.store={store}",
+                "training.max_steps=1",
+                "training.save_strategy=no",
+                "generate.max_new_tokens=0",
+                "training.report_to=[]",
+            ]
+        )
+        == 0
+    )
     other = tmp_path / "other.jsonl"
     other.write_text("".join(_json.dumps({"text": d}) + "\n" for d in generate_documents(99, 40)))
     capsys.readouterr()

@@ -23,7 +23,7 @@ from supertune.slurm.prepare_script import PrepareJob, render_array_script, rend
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "prepare"
 UPDATE = os.environ.get("SUPERTUNE_UPDATE_GOLDEN", "") not in ("", "0")
-HOSTILE = "it's a \"store\" #1 $(touch pwned) `touch pwned`; x %j"
+HOSTILE = 'it\'s a "store" #1 $(touch pwned) `touch pwned`; x %j'
 JOB = PrepareJob(
     name="prepare-corpus",
     work="/scratch/tokens/corpus.prepare",
@@ -47,7 +47,10 @@ def no_user_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _scripts(job: PrepareJob, profile: str, tasks: list[int]) -> dict[str, str]:
     p = load_profile(profile)
-    return {f"{profile}-array.sbatch": render_array_script(job, p, tasks), f"{profile}-merge.sbatch": render_merge_script(job, p)}
+    return {
+        f"{profile}-array.sbatch": render_array_script(job, p, tasks),
+        f"{profile}-merge.sbatch": render_merge_script(job, p),
+    }
 
 
 @pytest.mark.parametrize("profile", ["local", "lumi"])
@@ -60,7 +63,9 @@ def test_prepare_scripts_match_golden_files_and_pass_bash_n_and_shellcheck(profi
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
-        lint = subprocess.run([_shellcheck(), "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True)
+        lint = subprocess.run(
+            [_shellcheck(), "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True
+        )
         assert lint.returncode == 0, lint.stdout
 
 
@@ -74,11 +79,19 @@ def test_only_unfinished_parts_are_array_tasks() -> None:
 def test_hostile_paths_are_quoted_and_run_nothing(tmp_path: Path) -> None:
     """A work directory full of shell syntax: the script runs the step with the path as one word."""
     work = tmp_path / f"{HOSTILE}.prepare"
-    job = dataclasses.replace(JOB, work=str(work), out=str(tmp_path / HOSTILE), name=f"prepare-{HOSTILE}", python="echo")
+    job = dataclasses.replace(
+        JOB, work=str(work), out=str(tmp_path / HOSTILE), name=f"prepare-{HOSTILE}", python="echo"
+    )
     for name, text in _scripts(job, "local", [0, 1]).items():
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
-        ran = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"})
+        ran = subprocess.run(
+            ["bash", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"},
+        )
         assert ran.returncode == 0, ran.stderr
         words = ran.stdout.split("\n")[-2]
         assert str(work) in words
@@ -89,8 +102,14 @@ def test_submit_flags_are_checked(capsys) -> None:
     cases = [
         (["prepare", "--out", "/tmp/x", "--shards", "3"], "--shards: only applies with --submit"),
         (["prepare", "--out", "/tmp/x", "--submit", "--shards", "3"], "--cluster: --submit needs the cluster profile"),
-        (["prepare", "--out", "/tmp/x", "--submit", "--cluster", "local"], "--shards: --submit needs a positive number"),
-        (["prepare", "--out", "/tmp/x", "--submit", "--cluster", "local", "--shards", "0"], "--shards: --submit needs a positive number"),
+        (
+            ["prepare", "--out", "/tmp/x", "--submit", "--cluster", "local"],
+            "--shards: --submit needs a positive number",
+        ),
+        (
+            ["prepare", "--out", "/tmp/x", "--submit", "--cluster", "local", "--shards", "0"],
+            "--shards: --submit needs a positive number",
+        ),
         (["prepare", "--part", "1"], "--part: give both --part I and --work DIR"),
     ]
     for argv, message in cases:
@@ -105,7 +124,15 @@ def test_submit_flags_are_checked(capsys) -> None:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("array-data")
-    lines = [json.dumps({"text": f"Entry {i}: " + " ".join(["alder", "harbor", "lantern", "stone"][(i * k) % 4] for k in range(5 + i % 40))}) for i in range(900)]
+    lines = [
+        json.dumps(
+            {
+                "text": f"Entry {i}: "
+                + " ".join(["alder", "harbor", "lantern", "stone"][(i * k) % 4] for k in range(5 + i % 40))
+            }
+        )
+        for i in range(900)
+    ]
     (root / "train.jsonl").write_text("\n".join(lines) + "\n")
     return root
 
@@ -121,7 +148,9 @@ def _same_store(a: Path, b: Path) -> None:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
-def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(corpus: Path, tmp_path: Path, capsys) -> None:
+def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(
+    corpus: Path, tmp_path: Path, capsys
+) -> None:
     """Without Slurm: what each array task and the merge job run, called directly."""
     from supertune.config import dump_config
     from supertune.resolve import resolve_run_config
@@ -147,8 +176,8 @@ def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(corp
 
 def test_merge_refuses_unfinished_parts_and_another_plan_is_refused(corpus: Path, tmp_path: Path, capsys) -> None:
     from supertune.config import dump_config
-    from supertune.resolve import resolve_run_config
     from supertune.errors import UserError
+    from supertune.resolve import resolve_run_config
     from supertune.store.array import plan_array
 
     cfg = resolve_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
@@ -180,8 +209,26 @@ def test_array_job_on_slurm_equals_a_single_prepare_and_a_rerun_redoes_only_miss
     env["SUPERTUNE_CONFIG_DIR"] = str(tmp_path / "no-user-config")
     single, out = tmp_path / "single", tmp_path / "array store"
     assert main(["prepare", "--out", str(single), "--shard-tokens", "2000", *_overrides(corpus)]) == 0
-    submit = [sys.executable, "-m", "supertune", "prepare", "--out", str(out), "--shard-tokens", "2000", "--submit",
-              "--cluster", "local", "--shards", "3", "--cpus", "1", "--time", "00:10:00", *_overrides(corpus)]
+    submit = [
+        sys.executable,
+        "-m",
+        "supertune",
+        "prepare",
+        "--out",
+        str(out),
+        "--shard-tokens",
+        "2000",
+        "--submit",
+        "--cluster",
+        "local",
+        "--shards",
+        "3",
+        "--cpus",
+        "1",
+        "--time",
+        "00:10:00",
+        *_overrides(corpus),
+    ]
     first = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     merge = int(first.stdout.strip())

@@ -16,7 +16,9 @@ HUB_ID = "tiny-org/store-corpus"
 
 
 def _doc(i: int) -> str:
-    return f"Record {i}: " + " ".join(["meadow", "copper", "violet", "anchor", "drift"][(i * k) % 5] for k in range(4 + i % 31))
+    return f"Record {i}: " + " ".join(
+        ["meadow", "copper", "violet", "anchor", "drift"][(i * k) % 5] for k in range(4 + i % 31)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +68,18 @@ def test_a_cached_hub_dataset_is_a_prepare_source(hub_dataset, tmp_path):
 
 def _train(run_dir: Path, *extra: str) -> list[float]:
     args = [
-        "train", "--run-dir", str(run_dir), "training.max_steps=3", "training.logging_steps=1", "training.save_strategy=no",
-        "training.per_device_train_batch_size=4", "training.report_to=[]", "generate.max_new_tokens=0", "output.save_model=false",
-        "model.config_overrides=num_hidden_layers=1", *extra,
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "training.max_steps=3",
+        "training.logging_steps=1",
+        "training.save_strategy=no",
+        "training.per_device_train_batch_size=4",
+        "training.report_to=[]",
+        "generate.max_new_tokens=0",
+        "output.save_model=false",
+        "model.config_overrides=num_hidden_layers=1",
+        *extra,
     ]
     assert main(args) == 0
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -100,14 +111,20 @@ def test_an_offline_bundle_needs_neither_the_model_directory_nor_the_tokenizer(t
     model_dir = tmp_path / "base-model"
     tok = AutoTokenizer.from_pretrained(default_tokenizer())
     tok.save_pretrained(model_dir)
-    config = default_model_config(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
+    config = default_model_config(
+        vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None
+    )
     LlamaConfig(**{**config, "num_hidden_layers": 1}).save_pretrained(model_dir)
     model = [f"model.name_or_path={model_dir}", "model.from_config=true"]
     store = tmp_path / "store"
     assert main(["prepare", "--out", str(store), "--bundle", *model]) == 0
     manifest = json.loads((store / "manifest.json").read_text())
     bundled = {f["file"] for f in manifest["bundle"]}
-    assert {"bundle/model/config.json", "bundle/tokenizer/tokenizer.json", "bundle/tokenizer/tokenizer_config.json"} <= bundled
+    assert {
+        "bundle/model/config.json",
+        "bundle/tokenizer/tokenizer.json",
+        "bundle/tokenizer/tokenizer_config.json",
+    } <= bundled
     assert main(["prepare", "--verify", str(store)]) == 0  # bundle files are checked like shards
 
     with_dir = _train(tmp_path / "a", *model, f"data.store={store}")
@@ -125,9 +142,9 @@ def test_store_check_size_skips_hashing_and_still_catches_truncation(tmp_path):
     """data.store_check=size trusts the bytes (a flipped byte passes) but not the sizes; auto hashes a small store."""
     from transformers import AutoTokenizer
 
-    from supertune.resolve import resolve_run_config
     from supertune.embedded import default_tokenizer
     from supertune.errors import UserError
+    from supertune.resolve import resolve_run_config
     from supertune.store.reader import open_store_for_run
 
     store = tmp_path / "store"

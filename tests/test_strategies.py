@@ -29,7 +29,9 @@ TOLERANCE = 1e-3
 def _train(run_dir, *args):
     proc = subprocess.run(
         [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), "--nproc", "2", *COMMON, *args],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -104,8 +106,13 @@ def test_lora_under_zero3_saves_adapters_that_reload(ddp, tmp_path):
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
-    _, summary = _train(run_dir, "distributed.strategy=zero3", "model.lora.enabled=true", f"model.name_or_path={ddp[0] / 'model'}",
-                        "training.learning_rate=1e-2")
+    _, summary = _train(
+        run_dir,
+        "distributed.strategy=zero3",
+        "model.lora.enabled=true",
+        f"model.name_or_path={ddp[0] / 'model'}",
+        "training.learning_rate=1e-2",
+    )
     assert summary["sharding"]["zero_stage"] == 3
     adapters = load_file(run_dir / "model" / "adapter_model.safetensors")
     assert adapters and all("lora_" in k for k in adapters)
@@ -118,9 +125,21 @@ def test_lora_under_zero3_saves_adapters_that_reload(ddp, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only without GPUs")
 def test_fsdp_on_cpu_stops_before_launch_with_one_line(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "supertune", "train", "--run-dir", str(tmp_path / "run"), "--nproc", "2", "distributed.strategy=fsdp",
-         "distributed.fsdp.sharding=hybrid"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "supertune",
+            "train",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--nproc",
+            "2",
+            "distributed.strategy=fsdp",
+            "distributed.fsdp.sharding=hybrid",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

@@ -60,7 +60,10 @@ def test_cpu_offload_moves_the_optimizer_and_with_zero3_the_parameters():
     z2 = deepspeed_config(_cfg("zero2", "cpu"))
     assert z2["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert "offload_param" not in z2["zero_optimization"]  # parameters are never partitioned below stage 3
-    assert z2["optimizer"] == {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+    assert z2["optimizer"] == {
+        "type": "AdamW",
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+    }
     z3 = deepspeed_config(_cfg("zero3", "cpu"))["zero_optimization"]
     assert z3["offload_param"] == {"device": "cpu", "pin_memory": True}
 
@@ -72,8 +75,16 @@ def test_nvme_offload_names_the_directory():
 
 
 def test_resolving_auto_uses_the_training_section():
-    cfg = _cfg("zero3", "cpu", per_device_train_batch_size=3, gradient_accumulation_steps=5, max_grad_norm=0.5,
-               learning_rate=1e-4, adam_beta2=0.99, bf16=True)
+    cfg = _cfg(
+        "zero3",
+        "cpu",
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=5,
+        max_grad_norm=0.5,
+        learning_rate=1e-4,
+        adam_beta2=0.99,
+        bf16=True,
+    )
     ds = resolved_for_check(deepspeed_config(cfg), cfg)
     assert "auto" not in repr(ds)
     assert ds["train_micro_batch_size_per_gpu"] == 3 and ds["gradient_accumulation_steps"] == 5
@@ -83,8 +94,11 @@ def test_resolving_auto_uses_the_training_section():
 
 # --- checks before launch, with DeepSpeed's own classes ---------------------------------------------
 
-@pytest.mark.parametrize("strategy,offload", [("zero1", "none"), ("zero2", "none"), ("zero3", "none"), ("zero1", "cpu"),
-                                              ("zero2", "cpu"), ("zero3", "cpu")])
+
+@pytest.mark.parametrize(
+    "strategy,offload",
+    [("zero1", "none"), ("zero2", "none"), ("zero3", "none"), ("zero1", "cpu"), ("zero2", "cpu"), ("zero3", "cpu")],
+)
 def test_deepspeed_accepts_every_generated_config(strategy, offload):
     assert checks.strategy_problems(_cfg(strategy, offload)) == []
 
@@ -115,14 +129,36 @@ def _fp16_supported() -> bool:
 
 
 REFUSED = [
-    (["distributed.strategy=zero2", "distributed.offload=cpu", "training.optim=adafactor"], "training.optim: adafactor cannot run under distributed.offload=cpu"),
-    (["distributed.strategy=zero3", "model.lora.enabled=true", "model.lora.merge_on_save=true", "model.name_or_path=gpt2"],
-     "model.lora.merge_on_save: not supported with distributed.strategy=zero3"),
-    (["distributed.strategy=zero3", "model.lora.enabled=true"], "model.lora.enabled: adapters on fresh weights need the base model saved too"),
+    (
+        ["distributed.strategy=zero2", "distributed.offload=cpu", "training.optim=adafactor"],
+        "training.optim: adafactor cannot run under distributed.offload=cpu",
+    ),
+    (
+        [
+            "distributed.strategy=zero3",
+            "model.lora.enabled=true",
+            "model.lora.merge_on_save=true",
+            "model.name_or_path=gpt2",
+        ],
+        "model.lora.merge_on_save: not supported with distributed.strategy=zero3",
+    ),
+    (
+        ["distributed.strategy=zero3", "model.lora.enabled=true"],
+        "model.lora.enabled: adapters on fresh weights need the base model saved too",
+    ),
     # already refused by the schema checks, listed here so that the whole family stays covered
-    (["distributed.strategy=ddp", "distributed.offload=cpu"], "distributed.offload: cpu offload is a DeepSpeed ZeRO feature"),
-    (["distributed.strategy=zero3", "distributed.offload=nvme"], "distributed.nvme_path: offload nvme needs a fast local directory"),
-    (["distributed.strategy=zero2", "distributed.offload=nvme", "distributed.nvme_path=/tmp"], "nvme offload needs distributed.strategy zero3"),
+    (
+        ["distributed.strategy=ddp", "distributed.offload=cpu"],
+        "distributed.offload: cpu offload is a DeepSpeed ZeRO feature",
+    ),
+    (
+        ["distributed.strategy=zero3", "distributed.offload=nvme"],
+        "distributed.nvme_path: offload nvme needs a fast local directory",
+    ),
+    (
+        ["distributed.strategy=zero2", "distributed.offload=nvme", "distributed.nvme_path=/tmp"],
+        "nvme offload needs distributed.strategy zero3",
+    ),
 ]
 
 
@@ -139,7 +175,9 @@ def test_bad_combinations_give_one_clear_line(capsys, args, expected):
 def test_deepspeed_says_what_this_machine_cannot_do(capsys):
     if _aio_buildable():
         pytest.skip("DeepSpeed's async_io op builds here")
-    code = main(["config", "show", "distributed.strategy=zero3", "distributed.offload=nvme", "distributed.nvme_path=/tmp"])
+    code = main(
+        ["config", "show", "distributed.strategy=zero3", "distributed.offload=nvme", "distributed.nvme_path=/tmp"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "distributed.offload: nvme needs DeepSpeed's async_io op" in err and "libaio" in err
 
@@ -161,14 +199,25 @@ def test_fsdp_without_gpus_is_refused_before_anything_starts(capsys):
 
 # --- FSDP settings (what a GPU run would get) and the guard ----------------------------------------
 
+
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=2))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    )
 
 
-@pytest.mark.parametrize("sharding,reshard", [("full", True), ("shard_grad_op", False), ("hybrid", True), ("hybrid_zero2", False)])
+@pytest.mark.parametrize(
+    "sharding,reshard", [("full", True), ("shard_grad_op", False), ("hybrid", True), ("hybrid_zero2", False)]
+)
 def test_fsdp_settings_reach_accelerate(sharding, reshard):
     from accelerate.utils import FullyShardedDataParallelPlugin
     from transformers import TrainingArguments
@@ -217,7 +266,9 @@ def test_guard_stops_a_run_wrapped_otherwise(strategy):
     from supertune.distributed.guard import check_wrapped
 
     model = torch.nn.Linear(2, 2)
-    with pytest.raises(UserError, match=f"distributed.strategy: {strategy} was asked but the model is wrapped as Linear"):
+    with pytest.raises(
+        UserError, match=f"distributed.strategy: {strategy} was asked but the model is wrapped as Linear"
+    ):
         check_wrapped(strategy, model, model, accelerator_processes=2, world_size=2)
 
 
@@ -238,6 +289,7 @@ def test_one_process_ddp_needs_no_wrapper():
 
 # --- your own DeepSpeed config (distributed.deepspeed_config) and single settings (distributed.deepspeed) ---
 
+
 def _resolved(tmp_path, *overrides):
     from supertune.resolve import resolve_run_config
 
@@ -254,10 +306,21 @@ def _json(tmp_path, data, name="ds.json"):
 
 TWCC_ZERO2 = {  # the shape of the TWCC recipe's ZeRO-2 file: "auto" where the Trainer knows the value
     "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
-    "zero_optimization": {"stage": 2, "allgather_partitions": True, "allgather_bucket_size": 2e8, "overlap_comm": True,
-                          "reduce_scatter": True, "reduce_bucket_size": 2e8, "contiguous_gradients": True},
-    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
-    "train_micro_batch_size_per_gpu": "auto", "steps_per_print": 2000, "wall_clock_breakdown": False,
+    "zero_optimization": {
+        "stage": 2,
+        "allgather_partitions": True,
+        "allgather_bucket_size": 2e8,
+        "overlap_comm": True,
+        "reduce_scatter": True,
+        "reduce_bucket_size": 2e8,
+        "contiguous_gradients": True,
+    },
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "steps_per_print": 2000,
+    "wall_clock_breakdown": False,
 }
 
 
@@ -298,17 +361,32 @@ def test_train_batch_size_is_the_global_batch(tmp_path):
     path = _json(tmp_path, {"train_batch_size": 16, "zero_optimization": {"stage": 2}})
     with pytest.raises(ConfigError, match=r"train_batch_size is 16; set training.global_batch_size=16 instead"):
         _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}")
-    cfg = _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}", "training.global_batch_size=16",
-                    "training.per_device_train_batch_size=8")
+    cfg = _resolved(
+        tmp_path,
+        "distributed.strategy=zero2",
+        f"distributed.deepspeed_config={path}",
+        "training.global_batch_size=16",
+        "training.per_device_train_batch_size=8",
+    )
     assert "train_batch_size" not in deepspeed_config(cfg)  # DeepSpeed derives it for any process count
     with pytest.raises(ConfigError, match="train_batch_size is 16, but training.global_batch_size is 32"):
-        _resolved(tmp_path, "distributed.strategy=zero2", f"distributed.deepspeed_config={path}", "training.global_batch_size=32")
+        _resolved(
+            tmp_path,
+            "distributed.strategy=zero2",
+            f"distributed.deepspeed_config={path}",
+            "training.global_batch_size=32",
+        )
 
 
 def test_single_settings_go_where_deepspeed_reads_them(tmp_path):
-    cfg = _resolved(tmp_path, "distributed.strategy=zero2", "distributed.deepspeed.reduce_bucket_size=1e7",
-                    "distributed.deepspeed.overlap_comm=false", "distributed.deepspeed.zero_optimization.contiguous_gradients=false",
-                    "distributed.deepspeed.steps_per_print=10")
+    cfg = _resolved(
+        tmp_path,
+        "distributed.strategy=zero2",
+        "distributed.deepspeed.reduce_bucket_size=1e7",
+        "distributed.deepspeed.overlap_comm=false",
+        "distributed.deepspeed.zero_optimization.contiguous_gradients=false",
+        "distributed.deepspeed.steps_per_print=10",
+    )
     ds = deepspeed_config(cfg)
     zero = ds["zero_optimization"]
     assert zero["reduce_bucket_size"] == 10_000_000 and isinstance(zero["reduce_bucket_size"], int)
@@ -318,24 +396,34 @@ def test_single_settings_go_where_deepspeed_reads_them(tmp_path):
     assert checks.strategy_problems(cfg) == []
     from supertune.config.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"distributed.deepspeed.gradient_clipping: gradient_clipping is 0.5, but training.max_grad_norm is 1.0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"distributed.deepspeed.gradient_clipping: gradient_clipping is 0.5, but training.max_grad_norm is 1.0",
+    ):
         _resolved(tmp_path, "distributed.strategy=zero2", "distributed.deepspeed.gradient_clipping=0.5")
 
 
 def test_a_yaml_file_with_offload_gets_the_cpu_optimizer_and_the_gathered_save(tmp_path):
     path = tmp_path / "ds.yaml"
     path.write_text("zero_optimization:\n  stage: 3\n  reduce_bucket_size: 5e8\n  offload_param: {device: cpu}\n")
-    cfg = _resolved(tmp_path, "distributed.strategy=zero3", "distributed.offload=cpu", f"distributed.deepspeed_config={path}")
+    cfg = _resolved(
+        tmp_path, "distributed.strategy=zero3", "distributed.offload=cpu", f"distributed.deepspeed_config={path}"
+    )
     ds = deepspeed_config(cfg)
     zero = ds["zero_optimization"]
     assert zero["reduce_bucket_size"] == 500_000_000  # YAML 1.1 reads 5e8 as text
-    assert zero["offload_param"] == {"device": "cpu"} and zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert zero["offload_param"] == {"device": "cpu"} and zero["offload_optimizer"] == {
+        "device": "cpu",
+        "pin_memory": True,
+    }
     assert ds["optimizer"]["type"] == "AdamW" and zero["stage3_gather_16bit_weights_on_model_save"] is True
     assert checks.strategy_problems(cfg) == []
     path.write_text("zero_optimization: {stage: 3, stage3_gather_16bit_weights_on_model_save: false}\n")
     from supertune.config.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="the final model .output.save_model. is saved by gathering the ZeRO-3 weights"):
+    with pytest.raises(
+        ConfigError, match="the final model .output.save_model. is saved by gathering the ZeRO-3 weights"
+    ):
         _resolved(tmp_path, "distributed.strategy=zero3", f"distributed.deepspeed_config={path}")
 
 
@@ -343,17 +431,31 @@ def test_deepspeed_still_checks_what_your_file_says(tmp_path, capsys):
     path = _json(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_sise": 5}})
     code = main(["config", "show", "distributed.strategy=zero2", f"distributed.deepspeed_config={path}"])
     err = capsys.readouterr().err
-    assert code == 2 and "distributed.strategy: DeepSpeed rejects this zero2 setup:" in err and "reduce_bucket_sise" in err
+    assert (
+        code == 2 and "distributed.strategy: DeepSpeed rejects this zero2 setup:" in err and "reduce_bucket_sise" in err
+    )
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["distributed.deepspeed_config={dir}/none.json", "distributed.strategy=zero2"], "distributed.deepspeed_config: file '{dir}/none.json' does not exist"),
-    (["distributed.deepspeed_config={dir}/ds.txt", "distributed.strategy=zero2"], "is neither .json nor .yaml/.yml"),
-    (["distributed.deepspeed_config={dir}/ds.json"], "distributed.deepspeed_config: set while distributed.strategy is ddp"),
-    (["distributed.deepspeed.overlap_comm=false"], "distributed.deepspeed: set while distributed.strategy is ddp"),
-    (["distributed.deepspeed_config={dir}/bad.json", "distributed.strategy=zero2"], "bad.json' is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["distributed.deepspeed_config={dir}/none.json", "distributed.strategy=zero2"],
+            "distributed.deepspeed_config: file '{dir}/none.json' does not exist",
+        ),
+        (
+            ["distributed.deepspeed_config={dir}/ds.txt", "distributed.strategy=zero2"],
+            "is neither .json nor .yaml/.yml",
+        ),
+        (
+            ["distributed.deepspeed_config={dir}/ds.json"],
+            "distributed.deepspeed_config: set while distributed.strategy is ddp",
+        ),
+        (["distributed.deepspeed.overlap_comm=false"], "distributed.deepspeed: set while distributed.strategy is ddp"),
+        (["distributed.deepspeed_config={dir}/bad.json", "distributed.strategy=zero2"], "bad.json' is not valid JSON"),
+    ],
+)
 def test_unusable_files_are_one_line(tmp_path, capsys, args, expected):
     _json(tmp_path, {"zero_optimization": {"stage": 2}})
     (tmp_path / "ds.txt").write_text("{}")
@@ -376,4 +478,7 @@ def test_zero_option_names_are_deepspeeds():
 def test_a_misspelt_zero_option_is_not_passed_on_silently(capsys):
     code = main(["config", "show", "distributed.strategy=zero2", "distributed.deepspeed.reduce_bucket_sise=5"])
     err = capsys.readouterr().err
-    assert code == 2 and "distributed.deepspeed.reduce_bucket_sise: not a ZeRO option (did you mean reduce_bucket_size?)" in err
+    assert (
+        code == 2
+        and "distributed.deepspeed.reduce_bucket_sise: not a ZeRO option (did you mean reduce_bucket_size?)" in err
+    )

@@ -20,7 +20,9 @@ QUICK = [
 
 
 def _supertune(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supertune", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,9 @@ def test_the_sweep_trains_each_scale_with_the_same_global_batch(local_sweep):
     assert (runs[1]["per_device_train_batch_size"], runs[2]["per_device_train_batch_size"]) == (8, 4)
     assert all(r["state"] == "finished" and r["gradient_accumulation_steps"] == 1 for r in runs.values())
     one, two = _summaries(sweep_dir)
-    assert (one["world_size"], two["world_size"]) == (1, 2) and one["train_tokens"] == two["train_tokens"] == 10 * 8 * 128
+    assert (one["world_size"], two["world_size"]) == (1, 2) and one["train_tokens"] == two[
+        "train_tokens"
+    ] == 10 * 8 * 128
     # Strong scaling with DDP: the same optimisation, so the same loss (to reduction order).
     assert two["eval_loss"] == pytest.approx(one["eval_loss"], abs=1e-4)
     assert "1 process(es): finished" in proc.stderr and "supertune report" in proc.stderr
@@ -74,7 +78,10 @@ def test_the_table_numbers_are_the_summaries(local_sweep):
         assert mfu == "n/a (CPU)" and s["mfu"] is None
         assert eval_loss == f"{s['eval_loss']:.4f}"
     saved = json.loads((sweep_dir / "report" / "report.json").read_text())
-    assert [r["tokens_per_s"] for r in saved["rows"]] == [one["throughput_tokens_per_s"], two["throughput_tokens_per_s"]]
+    assert [r["tokens_per_s"] for r in saved["rows"]] == [
+        one["throughput_tokens_per_s"],
+        two["throughput_tokens_per_s"],
+    ]
     assert saved["rows"][1]["speedup"] == speedup and saved["scaling"] == "strong"
     assert report.stdout in (sweep_dir / "report" / "report.md").read_text()  # the printed table is the written one
 
@@ -132,12 +139,30 @@ def test_one_run_gets_its_loss_learning_rate_and_throughput_curves(local_sweep, 
 
 def test_a_slurm_sweep_takes_nodes_from_the_profile(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = _supertune("sweep", "--cluster", "leonardo", "--gpus", "1,2,4,8,16", "--dry-run", "--sweep-dir", str(sweep_dir), cwd=tmp_path)
+    proc = _supertune(
+        "sweep",
+        "--cluster",
+        "leonardo",
+        "--gpus",
+        "1,2,4,8,16",
+        "--dry-run",
+        "--sweep-dir",
+        str(sweep_dir),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
     # Leonardo's nodes hold 4 GPUs; the default run's global batch of 16 sequences stays.
-    assert [(r["devices"], r["nodes"], r["per_node"]) for r in runs] == [(1, 1, 1), (2, 1, 2), (4, 1, 4), (8, 2, 4), (16, 4, 4)]
-    assert [r["per_device_train_batch_size"] * r["devices"] * r["gradient_accumulation_steps"] for r in runs] == [16] * 5
+    assert [(r["devices"], r["nodes"], r["per_node"]) for r in runs] == [
+        (1, 1, 1),
+        (2, 1, 2),
+        (4, 1, 4),
+        (8, 2, 4),
+        (16, 4, 4),
+    ]
+    assert [r["per_device_train_batch_size"] * r["devices"] * r["gradient_accumulation_steps"] for r in runs] == [
+        16
+    ] * 5
     assert {r["state"] for r in runs} == {"planned"} and "not submitted" in proc.stderr
     script = (sweep_dir / "devices-16" / "job.sbatch").read_text()
     assert "#SBATCH --nodes=4" in script and "#SBATCH --gpus-per-node=4" in script
@@ -152,12 +177,16 @@ def test_per_device_batch_keeps_each_devices_batch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
     assert manifest["scaling"] == "weak"
-    assert [(r["nodes"], r["per_device_train_batch_size"], r["gradient_accumulation_steps"]) for r in manifest["runs"]] == [(1, 16, 2), (2, 16, 2)]
+    assert [
+        (r["nodes"], r["per_device_train_batch_size"], r["gradient_accumulation_steps"]) for r in manifest["runs"]
+    ] == [(1, 16, 2), (2, 16, 2)]
 
 
 def test_impossible_scales_are_refused_at_once_with_the_numbers(tmp_path):
     sweep_dir = tmp_path / "bad"
-    proc = _supertune("sweep", "--cluster", "leonardo", "--gpus", "1,6,32", "--dry-run", "--sweep-dir", str(sweep_dir), cwd=tmp_path)
+    proc = _supertune(
+        "sweep", "--cluster", "leonardo", "--gpus", "1,6,32", "--dry-run", "--sweep-dir", str(sweep_dir), cwd=tmp_path
+    )
     assert proc.returncode == 2
     assert "6 devices: nodes hold 4, so 6 is not a whole number of nodes (use 4 or 8)" in proc.stderr
     assert "the global batch of 16 sequences cannot be split over 32 devices" in proc.stderr

@@ -35,7 +35,10 @@ def test_a_sweep_over_one_and_two_nodes(slurm_multi: SlurmCluster, tmp_path: Pat
     assert proc.returncode == 0, proc.stderr[-3000:] + logs[-4000:]
 
     runs = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
-    assert [(r["devices"], r["nodes"], r["per_node"], r["state"]) for r in runs] == [(1, 1, 1, "finished"), (2, 2, 1, "finished")]
+    assert [(r["devices"], r["nodes"], r["per_node"], r["state"]) for r in runs] == [
+        (1, 1, 1, "finished"),
+        (2, 2, 1, "finished"),
+    ]
     assert all(r["job_id"] for r in runs)
     one, two = (json.loads((sweep_dir / f"devices-{n}" / "summary.json").read_text()) for n in (1, 2))
     assert (one["world_size"], one["nodes"], two["world_size"], two["nodes"]) == (1, 1, 2, 2)
@@ -50,4 +53,8 @@ def test_a_sweep_over_one_and_two_nodes(slurm_multi: SlurmCluster, tmp_path: Pat
     assert [(int(r[0]), int(r[1])) for r in rows] == [(1, 1), (2, 2)]
     speedup = two["throughput_tokens_per_s"] / one["throughput_tokens_per_s"]
     assert rows[1][4].strip() == f"{speedup:.2f}x" and rows[1][3].strip() == f"{two['throughput_tokens_per_s']:,.0f}"
-    assert sorted(p.name for p in (sweep_dir / "report").glob("*.png")) == ["loss.png", "speedup.png", "tokens_per_device.png"]
+    assert sorted(p.name for p in (sweep_dir / "report").glob("*.png")) == [
+        "loss.png",
+        "speedup.png",
+        "tokens_per_device.png",
+    ]

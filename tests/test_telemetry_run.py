@@ -18,7 +18,14 @@ QUICK = [
     "training.max_steps=6", "training.logging_steps=2", "training.save_strategy=no", "generate.max_new_tokens=0",
     "model.config_overrides=num_hidden_layers=1", "data.max_eval_samples=32",
 ]  # fmt: skip
-PER_LOG = ("throughput_tokens_per_s", "throughput_tokens_per_s_per_device", "step_time_s", "tokens_per_step", "tflops_per_device", "data_wait_share")
+PER_LOG = (
+    "throughput_tokens_per_s",
+    "throughput_tokens_per_s_per_device",
+    "step_time_s",
+    "tokens_per_step",
+    "tflops_per_device",
+    "data_wait_share",
+)
 SUMMARY = PER_LOG + (
     "mfu", "hfu", "hardware_tflops_per_device", "peak_device_memory_gb", "peak_host_memory_gb", "measured_steps", "devices", "nodes",
     "flops_formula", "flops_per_token", "flops_per_token_forward", "hardware_flops_per_token", "flops_sequence_length",
@@ -33,7 +40,11 @@ def _train(run_dir, *overrides):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return proc.stdout + proc.stderr, [r for r in records if "loss" in r], json.loads((run_dir / "summary.json").read_text())
+    return (
+        proc.stdout + proc.stderr,
+        [r for r in records if "loss" in r],
+        json.loads((run_dir / "summary.json").read_text()),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +113,18 @@ def test_padded_batches_count_only_real_tokens(tmp_path):
     data = tmp_path / "train.jsonl"
     docs = [" ".join(d.split()[: 5 + 7 * (i % 6)]) for i, d in enumerate(generate_documents(7, 300))]  # 5 to 40 words
     data.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    _, records, summary = _train(tmp_path / "run", f"data.train_files={data}", "data.packing=false", "data.max_length=64", "training.report_to=[]")
+    _, records, summary = _train(
+        tmp_path / "run",
+        f"data.train_files={data}",
+        "data.packing=false",
+        "data.max_length=64",
+        "training.report_to=[]",
+    )
     for before, r in zip(records, records[1:]):
         # The Trainer's count of non-padding tokens, over the steps since the previous record.
-        assert r["tokens_per_step"] * (r["step"] - before["step"]) == r["num_input_tokens_seen"] - before["num_input_tokens_seen"]
+        assert (
+            r["tokens_per_step"] * (r["step"] - before["step"])
+            == r["num_input_tokens_seen"] - before["num_input_tokens_seen"]
+        )
     assert all(r["tokens_per_step"] < 16 * 64 for r in records)  # pads are slots, not tokens
     assert summary["flops_sequence_length"] == 64  # the attention term at the padded length

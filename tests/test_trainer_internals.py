@@ -14,7 +14,11 @@ def test_the_installed_transformers_matches_the_table():
 
 
 def test_every_private_override_is_in_the_table():
-    overridden = {name for name, value in vars(GuardedTrainer).items() if inspect.isfunction(value) and name.startswith("_") and not name.startswith("__")}
+    overridden = {
+        name
+        for name, value in vars(GuardedTrainer).items()
+        if inspect.isfunction(value) and name.startswith("_") and not name.startswith("__")
+    }
     own = {"_check_space", "_fault"}  # supertune's own helpers, not the Trainer's
     assert overridden - own <= {i.name for i in TRAINER_INTERNALS}
 

@@ -72,8 +72,13 @@ def test_template_and_trained_tokenizer(tmp_path, jsonl):
     from supertune.paths import cache_dir
 
     before = set((cache_dir() / "tokenizers").glob("data-*")) if (cache_dir() / "tokenizers").exists() else set()
-    _train(tmp_path / "run", f"data.train_files={jsonl}", "model.tokenizer=train", "model.tokenizer_vocab_size=512",
-           "data.template=Write a document about {topic}: {text}")
+    _train(
+        tmp_path / "run",
+        f"data.train_files={jsonl}",
+        "model.tokenizer=train",
+        "model.tokenizer_vocab_size=512",
+        "data.template=Write a document about {topic}: {text}",
+    )
     after = set((cache_dir() / "tokenizers").glob("data-*"))
     assert len(after - before) == 1
     tok = json.loads((tmp_path / "run" / "model" / "tokenizer.json").read_text())
@@ -86,8 +91,12 @@ def test_local_model_directory_and_config_overrides(tmp_path):
     assert config["num_hidden_layers"] == 1
     # fine-tune the saved model, then pre-train a variant of its config with fresh weights
     _train(tmp_path / "second", f"model.name_or_path={tmp_path / 'first' / 'model'}")
-    _train(tmp_path / "third", f"model.name_or_path={tmp_path / 'first' / 'model'}", "model.from_config=true",
-           "model.config_overrides=intermediate_size=64")
+    _train(
+        tmp_path / "third",
+        f"model.name_or_path={tmp_path / 'first' / 'model'}",
+        "model.from_config=true",
+        "model.config_overrides=intermediate_size=64",
+    )
     third = json.loads((tmp_path / "third" / "model" / "config.json").read_text())
     assert third["intermediate_size"] == 64 and third["num_hidden_layers"] == 1
 
@@ -96,14 +105,19 @@ def test_unknown_config_override_is_a_clear_error(tmp_path, capsys):
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "model.config_overrides=num_hiden_layers=1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "model.config_overrides: 'num_hiden_layers' (did you mean num_hidden_layers?) not a field of LlamaConfig" in err
+    assert (
+        "model.config_overrides: 'num_hiden_layers' (did you mean num_hidden_layers?) not a field of LlamaConfig" in err
+    )
 
 
 def test_uncached_hub_model_offline_is_a_clear_error(tmp_path, capsys):
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "model.name_or_path=some-org/not-downloaded"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "model.name_or_path: 'some-org/not-downloaded' is not a local directory and not in the Hugging Face cache" in err
+    assert (
+        "model.name_or_path: 'some-org/not-downloaded' is not a local directory and not in the Hugging Face cache"
+        in err
+    )
     assert "HF_HUB_OFFLINE" in err
 
 
@@ -113,7 +127,9 @@ def test_unreachable_hub_fails_fast_not_hangs(tmp_path, monkeypatch, capsys):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")  # .invalid never resolves, like a node without DNS to the hub
+    monkeypatch.setattr(
+        constants, "ENDPOINT", "https://hub.invalid"
+    )  # .invalid never resolves, like a node without DNS to the hub
     started = time.time()
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "model.name_or_path=some-org/not-downloaded"])
     err = capsys.readouterr().err
@@ -153,7 +169,9 @@ def test_uncached_hub_dataset_offline_is_a_clear_error(tmp_path, capsys):
     code = main(["train", "--run-dir", str(tmp_path / "run"), *QUICK, "data.dataset_name=some-org/not-downloaded"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("supertune: error: data.dataset_name: cannot load 'some-org/not-downloaded' from the local cache")
+    assert err.startswith(
+        "supertune: error: data.dataset_name: cannot load 'some-org/not-downloaded' from the local cache"
+    )
 
 
 def test_eval_command_on_other_files(tmp_path, jsonl, capsys):

@@ -42,7 +42,11 @@ MODEL_CONFIG = {
 def _shapes() -> dict[str, tuple[int, ...]]:
     c = MODEL_CONFIG
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (v, h),
+        "lm_head.weight": (v, h),
+        "model.norm.weight": (h,),
+    }
     for layer in range(c["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         shapes |= {
@@ -87,7 +91,9 @@ def make_models(root: Path, count: int, tokenizer_dir: Path, seed: int = 0) -> l
         save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
         del tensors
         (path / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2) + "\n")
-        (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}) + "\n")
+        (path / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}) + "\n"
+        )
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copyfile(tokenizer_dir / name, path / name)
         (path / ".complete").write_text("")

@@ -18,6 +18,7 @@ from itertools import chain
 from pathlib import Path
 
 from datasets import load_dataset
+from step_clock import StepClock
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -27,8 +28,6 @@ from transformers import (
     default_data_collator,
     set_seed,
 )
-
-from step_clock import StepClock
 
 
 def parse_args() -> argparse.Namespace:

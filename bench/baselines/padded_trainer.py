@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from datasets import load_dataset
+from step_clock import StepClock
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -24,8 +25,6 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
-
-from step_clock import StepClock
 
 
 def parse_args() -> argparse.Namespace:

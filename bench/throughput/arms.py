@@ -172,7 +172,9 @@ def run_arm(arm: Arm, p: Prepared, s: BenchSettings, arm_dir: Path, quiet_wait_s
         window.stop()
     if code != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-        raise SystemExit(f"train_throughput: arm ({arm.key}) {arm.name} exited with {code}; last lines of {log_path}:\n{tail}")
+        raise SystemExit(
+            f"train_throughput: arm ({arm.key}) {arm.name} exited with {code}; last lines of {log_path}:\n{tail}"
+        )
     records, first_step_end = arm.records(arm_dir)
     return ArmRun(
         measurement=measure(records, spawn, s.batch_size, s.seq_len, first_step_end),

@@ -15,8 +15,9 @@ import os
 import runpy
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent.parent
 
@@ -93,8 +94,8 @@ def supertune_phases(marks: Marks, argv: list[str]) -> None:
     from transformers import Trainer  # noqa: F401
 
     import supertune.cli.main as cli
-    import supertune.training_data.pipeline as pipeline
     import supertune.train.run as run
+    import supertune.training_data.pipeline as pipeline
 
     marks.add("imports (supertune CLI, torch, transformers Trainer, datasets)")
     run.run_training = before(marks, "CLI: config, run dir, logging", run.run_training)

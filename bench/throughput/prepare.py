@@ -42,7 +42,9 @@ def prepare(data_dir: Path, work_dir: Path, settings: BenchSettings) -> Prepared
     sources = [data_dir / "valid.txt", data_dir / "test.txt"]
     missing = [str(p) for p in sources if not p.is_file()]
     if missing:
-        raise SystemExit(f"train_throughput: missing {', '.join(missing)}; pass --data-dir with wikitext-2's valid.txt and test.txt")
+        raise SystemExit(
+            f"train_throughput: missing {', '.join(missing)}; pass --data-dir with wikitext-2's valid.txt and test.txt"
+        )
     data = work_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     text = "".join(p.read_text(encoding="utf-8") for p in sources)

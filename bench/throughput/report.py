@@ -98,13 +98,16 @@ def rounds_table(rounds: list[dict[str, ArmRun]], names: dict[str, str]) -> str:
         for k, run in r.items():
             m = run.measurement
             other = "?" if run.other_cores is None else f"{run.other_cores:.2f}"
-            lines.append(f"| {i} | ({k}) {names[k]} | {m.time_to_first_step_s:.1f} | {m.tokens_per_second:,.0f} | {other} |")
+            lines.append(
+                f"| {i} | ({k}) {names[k]} | {m.time_to_first_step_s:.1f} | {m.tokens_per_second:,.0f} | {other} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def ratio_lines(summary: Summary) -> list[str]:
     return [
-        f"{r['name']}: {r['value']:.2f}x (target {r['target']}x: {'met' if r['met'] else 'NOT met'})" for r in summary.ratios
+        f"{r['name']}: {r['value']:.2f}x (target {r['target']}x: {'met' if r['met'] else 'NOT met'})"
+        for r in summary.ratios
     ]
 
 

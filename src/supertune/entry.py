@@ -38,11 +38,31 @@ class EntryPoint:
 ENTRY_POINTS: dict[str, EntryPoint] = {
     e.name: e
     for e in (
-        EntryPoint(TRAIN_WORKER, "supertune.train.worker", "one process of a run's training (torchrun, accelerate, deepspeed, srun start it)"),
-        EntryPoint(DOCTOR_WORKER, "supertune.doctor.worker", "one process of a pre-flight: the node checks and the interconnect measured"),
-        EntryPoint(SITE_TASK, "supertune.federation.site_task", "one step of a federated round as StreamFlow runs it: train, average, evaluate"),
-        EntryPoint(SITE_EVAL, "supertune.federation.site_eval", "a global model's loss on one site's validation data (a site's evaluation job)"),
-        EntryPoint(PREPARE_ARRAY, "supertune.store.array_entry", "a task of `supertune prepare --submit`: tokenize one part, or merge the parts"),
+        EntryPoint(
+            TRAIN_WORKER,
+            "supertune.train.worker",
+            "one process of a run's training (torchrun, accelerate, deepspeed, srun start it)",
+        ),
+        EntryPoint(
+            DOCTOR_WORKER,
+            "supertune.doctor.worker",
+            "one process of a pre-flight: the node checks and the interconnect measured",
+        ),
+        EntryPoint(
+            SITE_TASK,
+            "supertune.federation.site_task",
+            "one step of a federated round as StreamFlow runs it: train, average, evaluate",
+        ),
+        EntryPoint(
+            SITE_EVAL,
+            "supertune.federation.site_eval",
+            "a global model's loss on one site's validation data (a site's evaluation job)",
+        ),
+        EntryPoint(
+            PREPARE_ARRAY,
+            "supertune.store.array_entry",
+            "a task of `supertune prepare --submit`: tokenize one part, or merge the parts",
+        ),
     )
 }
 

@@ -57,7 +57,9 @@ class RunDir:
         else:
             reason = f"a JSON {type(data).__name__}, not an object"
         if not isinstance(data, dict):
-            raise UserError(f"{label}: {self.summary} is {reason}; supertune writes it when a run finishes: restore it, or train the run again")
+            raise UserError(
+                f"{label}: {self.summary} is {reason}; supertune writes it when a run finishes: restore it, or train the run again"
+            )
         return data
 
     @property
@@ -155,7 +157,9 @@ def create_run_dir(explicit: str | None, name: str, runs_root: str, config_text:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         chosen_by = "--run-dir" if explicit else f"output.runs_root ({runs_root!r})"
-        raise UserError(f"{chosen_by}: cannot create {str(path)!r}: {exc.strerror}; choose a directory you can write") from None
+        raise UserError(
+            f"{chosen_by}: cannot create {str(path)!r}: {exc.strerror}; choose a directory you can write"
+        ) from None
     run = RunDir(path)
     run.config.write_text(config_text, encoding="utf-8")
     return run

@@ -41,7 +41,14 @@ def run_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None
         merged.update(env)
     logfile.parent.mkdir(parents=True, exist_ok=True)
     with logfile.open("ab") as out:
-        proc = subprocess.Popen(list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            list(argv),
+            env=merged,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
         try:
             return proc.wait()
         except KeyboardInterrupt:
@@ -49,7 +56,9 @@ def run_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None
             return proc.wait()
 
 
-def run_group_logged(argv: Sequence[str], logfile: Path, group_file: Path, env: Mapping[str, str] | None = None, grace: float = 30.0) -> int:
+def run_group_logged(
+    argv: Sequence[str], logfile: Path, group_file: Path, env: Mapping[str, str] | None = None, grace: float = 30.0
+) -> int:
     """Run a program in a process group of its own, output appended to `logfile`; its exit code.
 
     For programs that start programs of their own and do not always end them (StreamFlow leaves its
@@ -164,7 +173,9 @@ def run_captured(argv: Sequence[str], timeout: float = 60.0, env: Mapping[str, s
     if env:
         merged.update(env)
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=merged, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=merged, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return Captured(127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:

@@ -14,9 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 # States after which a job does not run again unless someone requeues it.
-TERMINAL_STATES = frozenset(
-    {*FINAL_STATES, "BOOT_FAIL", "DEADLINE", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
-)
+TERMINAL_STATES = frozenset({*FINAL_STATES, "BOOT_FAIL", "DEADLINE", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
 # Variables that steer Slurm's clients: inherited from an outer Slurm job or a user's shell, they
 # would point sbatch and srun at a job or options that do not exist in the test cluster.
 _CLIENT_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SCANCEL_")
@@ -45,7 +43,9 @@ class SlurmCluster:
         self.mode, self.state_dir = mode, Path(state_dir).resolve()
         proc = subprocess.run(
             ["bash", str(HERE / "start.sh"), mode, str(self.state_dir)],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if proc.returncode != 0:
             raise SlurmError(f"tests/cluster/start.sh {mode} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -87,12 +87,23 @@ class SlurmCluster:
 
     # ---- commands -------------------------------------------------------------------------
 
-    def run(self, *cmd: str, cwd: Path | str | None = None, input: str | None = None,
-            timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *cmd: str,
+        cwd: Path | str | None = None,
+        input: str | None = None,
+        timeout: float = 60.0,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
         """Run a client command (sbatch, srun, scontrol, ...) against this cluster."""
         proc = subprocess.run(
-            list(cmd), cwd=cwd or self._job_dir(), env=self.env, input=input,
-            capture_output=True, text=True, timeout=timeout,
+            list(cmd),
+            cwd=cwd or self._job_dir(),
+            env=self.env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise SlurmError(f"{shlex.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
@@ -177,6 +188,6 @@ def _read_exports(env_file: Path) -> dict[str, str]:
     exports = {}
     for line in env_file.read_text().splitlines():
         if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
+            key, _, value = line[len("export ") :].partition("=")
             exports[key] = shlex.split(value)[0] if value else ""
     return exports

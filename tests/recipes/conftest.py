@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from replay import documents
 
 
@@ -30,5 +29,7 @@ def jsonl_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("jsonl-files")
     train, validation = root / "train.jsonl", root / "validation.jsonl"
     train.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents(600)), encoding="utf-8")
-    validation.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents(40, "validation")), encoding="utf-8")
+    validation.write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in documents(40, "validation")), encoding="utf-8"
+    )
     return train, validation

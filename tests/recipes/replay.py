@@ -57,12 +57,18 @@ def client_env(base: dict[str, str], config_dir: Path) -> dict[str, str]:
 
 def run_supertune(*args: str, env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The supertune CLI in a child process; fails the test with its output when it fails."""
-    proc = subprocess.run([sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"supertune {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"supertune {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc
 
 
-def submit_and_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path, run_dir: Path, timeout: float = 420) -> str:
+def submit_and_wait(
+    cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path, run_dir: Path, timeout: float = 420
+) -> str:
     """`supertune submit ARGS --run-dir RUN_DIR`, then the job's end; returns its log (asserted COMPLETED)."""
     proc = run_supertune("submit", *args, "--run-dir", str(run_dir), env=env, cwd=cwd)
     job = int(proc.stdout.strip())

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from replay import TINY, client_env, metrics, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 from cluster.slurm_cluster import SlurmCluster
-from replay import TINY, client_env, metrics, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,10 @@ def test_accelerate_on_two_nodes_with_a_checkpoint_per_epoch(
     accelerate = yaml.safe_load((run_dir / "accelerate_config.yaml").read_text())
     assert (accelerate["rdzv_backend"], accelerate["num_machines"], accelerate["num_processes"]) == ("static", 2, 2)
     step = next(line for line in (run_dir / "job.sbatch").read_text().splitlines() if line.startswith("srun "))
-    assert '--machine_rank "${SLURM_NODEID}" --main_process_ip "${MASTER_ADDR}" --main_process_port "${MASTER_PORT}"' in step
+    assert (
+        '--machine_rank "${SLURM_NODEID}" --main_process_ip "${MASTER_ADDR}" --main_process_port "${MASTER_PORT}"'
+        in step
+    )
     # (accelerate launch starts its processes through torch's elastic agent, which is what they report)
     assert sorted(re.findall(r"supertune: rank (\d) of 2 on (node\d) ", log)) == [("0", "node1"), ("1", "node2")]
 

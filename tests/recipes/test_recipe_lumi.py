@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from replay import TINY, client_env, run_supertune, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 from cluster.slurm_cluster import SlurmCluster
-from replay import TINY, client_env, run_supertune, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +37,24 @@ def _run_yaml(path: Path, train: Path) -> Path:
 
 
 def test_container_builds_on_lumis_rocm_base(tmp_path: Path, repo: Path) -> None:
-    out = run_supertune("container", "--cluster", "lumi", "--out", str(tmp_path / "container"), env=client_env({}, tmp_path), cwd=tmp_path).stdout
-    assert f"cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env={tmp_path / 'container' / 'environment.yml'}" in out
+    out = run_supertune(
+        "container",
+        "--cluster",
+        "lumi",
+        "--out",
+        str(tmp_path / "container"),
+        env=client_env({}, tmp_path),
+        cwd=tmp_path,
+    ).stdout
+    assert (
+        f"cotainr build supertune-lumi-conda.sif --system=lumi-g --conda-env={tmp_path / 'container' / 'environment.yml'}"
+        in out
+    )
     environment = yaml.safe_load((tmp_path / "container" / "environment.yml").read_text())
     pip = environment["dependencies"][-1]["pip"]
-    assert pip[0].startswith("--extra-index-url https://download.pytorch.org/whl/rocm") and any(p.startswith("torch==") and "+rocm" in p for p in pip)
+    assert pip[0].startswith("--extra-index-url https://download.pytorch.org/whl/rocm") and any(
+        p.startswith("torch==") and "+rocm" in p for p in pip
+    )
     assert "cotainr build" in (repo / TUTORIAL).read_text() and "--system=lumi-g" in (repo / TUTORIAL).read_text()
 
 
@@ -49,7 +62,8 @@ def test_the_job_script_has_lumis_modules_binds_and_environment(tmp_path: Path, 
     config_dir = tmp_path / "config"
     (config_dir / "clusters").mkdir(parents=True)
     (config_dir / "clusters" / "lumi.yaml").write_text(
-        "account: project_465001234\ncontainer:\n  image: /project/project_465001234/supertune-lumi.sif\n", encoding="utf-8"
+        "account: project_465001234\ncontainer:\n  image: /project/project_465001234/supertune-lumi.sif\n",
+        encoding="utf-8",
     )
     run_yaml = _run_yaml(tmp_path / "run.yaml", jsonl_files[0])
     run_dir = tmp_path / "dry"
@@ -91,4 +105,6 @@ def test_the_recipe_trains_through_accelerate_on_the_test_cluster(
     assert (result["world_size"], result["train_steps"], result["mixed_precision"]) == (2, 4, "bf16")
     assert result["eval_loss"] < 8.0 and (run_dir / "model" / "model.safetensors").is_file()
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    assert 'export NCCL_SOCKET_IFNAME="hsn"' in (run_dir / "job.sbatch").read_text()  # the site's environment, as shipped
+    assert (
+        'export NCCL_SOCKET_IFNAME="hsn"' in (run_dir / "job.sbatch").read_text()
+    )  # the site's environment, as shipped

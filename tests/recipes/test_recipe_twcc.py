@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
+from replay import TINY, client_env, losses, saved_config, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 from cluster.slurm_cluster import SlurmCluster
-from replay import TINY, client_env, losses, saved_config, site_on_test_cluster, submit_and_wait, summary, write_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,10 @@ def test_gpt2_from_config_with_a_zero2_file_over_srun_and_torchrun(
 
     # srun starts one torchrun per node, which meet at the c10d rendezvous on the first node
     script = (run_dir / "job.sbatch").read_text()
-    assert ' -m torch.distributed.run "--nnodes=${SLURM_JOB_NUM_NODES}" --nproc-per-node=1 "--rdzv-id=${SLURM_JOB_ID}" --rdzv-backend=c10d ' \
-           '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" -m supertune.entry train-worker' in script
+    assert (
+        ' -m torch.distributed.run "--nnodes=${SLURM_JOB_NUM_NODES}" --nproc-per-node=1 "--rdzv-id=${SLURM_JOB_ID}" --rdzv-backend=c10d '
+        '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" -m supertune.entry train-worker' in script
+    )
     assert sorted(re.findall(r"supertune: rank (\d) of 2 on (node\d)", log)) == [("0", "node1"), ("1", "node2")]
     # GPT-2 from its config, with the recipe's overrides
     model_config = json.loads((run_dir / "model" / "config.json").read_text())

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from replay import client_env, run_supertune, saved_config, site_on_test_cluster, write_yaml
 from safetensors.torch import load_file
 
 from cluster.slurm_cluster import SlurmCluster
-from replay import client_env, run_supertune, saved_config, site_on_test_cluster, write_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,9 @@ def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster
         "aggregation": {"weights": "tokens", "dtype": "fp16"}, "sites": sites,
     })  # fmt: skip
     fed_dir = tmp_path / "fed"
-    proc = run_supertune("federate", str(federation), "--dir", str(fed_dir), env=client_env(slurm_single.env, config_dir), cwd=tmp_path)
+    proc = run_supertune(
+        "federate", str(federation), "--dir", str(fed_dir), env=client_env(slurm_single.env, config_dir), cwd=tmp_path
+    )
     log = proc.stderr
     for name in ("leonardo", "karolina"):
         assert f"{name} round 1: submitted training job" in log, log[-3000:]
@@ -61,7 +63,10 @@ def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster
         script = (run / "job.sbatch").read_text()
         assert "srun --kill-on-bad-exit=1 --ntasks-per-node=2" in script and "torch.distributed.run" not in script
         config = saved_config(run)
-        assert config["model"]["tokenizer"] == str(tokenizer_dir) and config["data"]["template"] == "Write a document: {text}"
+        assert (
+            config["model"]["tokenizer"] == str(tokenizer_dir)
+            and config["data"]["template"] == "Write a document: {text}"
+        )
         assert json.loads((run / "summary.json").read_text())["mixed_precision"] == "bf16"
         assert trained["step"] == 4
 

@@ -14,11 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from replay import (
+    TINY,
+    client_env,
+    documents,
+    losses,
+    metrics,
+    run_supertune,
+    saved_config,
+    site_on_test_cluster,
+    submit_and_wait,
+    summary,
+    write_yaml,
+)  # fmt: skip
 
 from cluster.slurm_cluster import SlurmCluster
-from replay import (
-    TINY, client_env, documents, losses, metrics, run_supertune, saved_config, site_on_test_cluster, submit_and_wait, summary, write_yaml,
-)  # fmt: skip
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +59,9 @@ def _dataset(directory: Path) -> Path:
     """A dataset with train and test splits (no validation split), as the recipe's has."""
     directory.mkdir()
     for split, texts in (("train", documents(400)), ("test", documents(60, "validation"))):
-        (directory / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        (directory / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8"
+        )
     return directory
 
 
@@ -78,9 +90,16 @@ def test_opt_with_zero3_offload_at_a_fixed_global_batch(slurm_single: SlurmClust
 
     for run, per_device, accumulation, world in ((one, 8, 2, 1), (two, 8, 1, 2)):
         training = saved_config(run)["training"]
-        assert (training["per_device_train_batch_size"], training["gradient_accumulation_steps"]) == (per_device, accumulation)
+        assert (training["per_device_train_batch_size"], training["gradient_accumulation_steps"]) == (
+            per_device,
+            accumulation,
+        )
         result = summary(run)
-        assert result["world_size"] == world and result["sharding"]["zero_stage"] == 3 and result["sharding"]["offload"] == "cpu"
+        assert (
+            result["world_size"] == world
+            and result["sharding"]["zero_stage"] == 3
+            and result["sharding"]["offload"] == "cpu"
+        )
     steps_one, steps_two = losses(one), losses(two)
     assert sorted(steps_one) == sorted(steps_two) and len(steps_one) >= 4
     worst = max(abs(steps_one[s] - steps_two[s]) for s in steps_one)
@@ -99,9 +118,13 @@ def test_opt_with_zero3_offload_at_a_fixed_global_batch(slurm_single: SlurmClust
         "out = generate('Once there was a town called', max_new_tokens=8, do_sample=False)\n"
         "print(json.dumps({'text': out[0]['generated_text'], 'modules': sorted(m for m in sys.modules if m.startswith('supertune'))}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(two / "model")], capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(two / "model")], capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     generated = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert generated["text"].startswith("Once there was a town called") and len(generated["text"]) > len("Once there was a town called")
+    assert generated["text"].startswith("Once there was a town called") and len(generated["text"]) > len(
+        "Once there was a town called"
+    )
     assert generated["modules"] == []
     assert "training.global_batch_size=16" in (repo / TUTORIAL).read_text()

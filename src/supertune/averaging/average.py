@@ -21,14 +21,14 @@ from pathlib import Path
 from ..checkpoints.faults import fault_point
 from ..errors import UserError
 from ..file_table import sha256_file, size_and_sha256
-from .checks import joined_problems
 from ..weight_files.dtypes import OUTPUT_DTYPES, OutputDtype
+from ..weight_files.shard_writer import ShardWriter
+from .checks import joined_problems
 from .inputs import ADAPTER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG, TOKENIZER_FILES, ModelInput, resolve_input
 from .job import AverageJob, checked_job
 from .manifest import AverageManifest, write_average_manifest
 from .output import StagingDir, copy_side_files, write_index
 from .server_step import MOMENTUM_FILE, ServerStep
-from ..weight_files.shard_writer import ShardWriter
 from .streamer import TensorStreamer, WriterThread
 
 __all__ = ["average_checkpoints", "DEFAULT_MAX_SHARD_BYTES"]
@@ -63,10 +63,14 @@ def average_checkpoints(
     models = [resolve_input(x) for x in inputs]
     job = None
     try:
-        job = checked_job(models, Path(out_dir).expanduser().absolute(), weights, dtype, max_shard_bytes, merge_base, server)
+        job = checked_job(
+            models, Path(out_dir).expanduser().absolute(), weights, dtype, max_shard_bytes, merge_base, server
+        )
         for i, inp in enumerate(job.inputs):
             count = f", {inp.tokens:,} tokens" if inp.tokens is not None else ""
-            say(f"{inp.label(i)}: {inp.described}, weight {job.weights.normalised[i]:.4f} ({job.weights.mode}{count}), {inp.directory}")
+            say(
+                f"{inp.label(i)}: {inp.described}, weight {job.weights.normalised[i]:.4f} ({job.weights.mode}{count}), {inp.directory}"
+            )
         for note in job.notes:
             say(f"note: {note}")
         return _write(job, say, started)
@@ -79,7 +83,11 @@ def average_checkpoints(
 
 def _write(job: AverageJob, say: Callable[[str], None], started: float) -> AverageManifest:
     """Stream every tensor into the staging directory, add the side files and the manifest, publish."""
-    momentum_target = Path(job.server.step.momentum_out).absolute() if job.server and job.server.keeps_momentum and job.server.step.momentum_out else None
+    momentum_target = (
+        Path(job.server.step.momentum_out).absolute()
+        if job.server and job.server.keeps_momentum and job.server.step.momentum_out
+        else None
+    )
     with StagingDir(job.out) as staging:
         momentum_path = staging.path / MOMENTUM_FILE
         if momentum_target:
@@ -90,7 +98,9 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
         # main thread averages and the writer thread writes (and hashes) the output.
         hashing = ThreadPoolExecutor(_usable_cores(), thread_name_prefix="supertune-average-hash")
         try:
-            paths = [p for m in job.hashed for p in m.files] + ([job.server.momentum_in_path] if job.server and job.server.momentum_in_path else [])
+            paths = [p for m in job.hashed for p in m.files] + (
+                [job.server.momentum_in_path] if job.server and job.server.momentum_in_path else []
+            )
             hashes = {p: hashing.submit(sha256_file, p) for p in sorted(set(paths), key=lambda p: -p.stat().st_size)}
             if job.server:
                 job.server.open_writer(momentum_path, job.planned, job.averaged)
@@ -104,9 +114,15 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
             if job.kind != "adapter":
                 name = write_index(staging.path, weight_map, sum(t.nbytes for t in job.planned))
                 files[name] = size_and_sha256(staging.path / name)
-            side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + ([ADAPTER_CONFIG] if job.kind == "adapter" else [])
-            tokenizer_source = next((m for m in job.inputs if any(f in m.side_files for f in TOKENIZER_FILES)), job.reference)
-            for name in copy_side_files(tokenizer_source, staging.path, side, OUTPUT_DTYPES[job.dtype], config_source=job.reference):
+            side = [MODEL_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES] + (
+                [ADAPTER_CONFIG] if job.kind == "adapter" else []
+            )
+            tokenizer_source = next(
+                (m for m in job.inputs if any(f in m.side_files for f in TOKENIZER_FILES)), job.reference
+            )
+            for name in copy_side_files(
+                tokenizer_source, staging.path, side, OUTPUT_DTYPES[job.dtype], config_source=job.reference
+            ):
                 files[name] = size_and_sha256(staging.path / name)
             manifest = _manifest(job, files, _verified_hashes(job, hashes), momentum_record)
             manifest.seconds = round(time.monotonic() - started, 3)
@@ -128,7 +144,9 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
     return manifest
 
 
-def _stream(job: AverageJob, staging: StagingDir, writers: list[ShardWriter], say: Callable[[str], None]) -> tuple[dict[str, dict], dict[str, str]]:
+def _stream(
+    job: AverageJob, staging: StagingDir, writers: list[ShardWriter], say: Callable[[str], None]
+) -> tuple[dict[str, dict], dict[str, str]]:
     """Every shard, tensor by tensor; ({shard: {size, sha256}}, {tensor: shard})."""
     files: dict[str, dict] = {}
     weight_map: dict[str, str] = {}
@@ -165,7 +183,9 @@ def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, 
         for path in inp.files:
             expected = recorded.get(path.name)
             if expected is not None and expected["sha256"] != digests[path]:
-                problems.append(f"{inp.label(i)}: {path.name} does not match its {kind} manifest (sha256); the {kind} is damaged, average another one")
+                problems.append(
+                    f"{inp.label(i)}: {path.name} does not match its {kind} manifest (sha256); the {kind} is damaged, average another one"
+                )
     if problems:
         raise UserError(joined_problems(problems))
     return digests
@@ -198,7 +218,9 @@ def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], momentum: 
     server = None
     if job.server:
         s = job.server
-        momentum_in = {"path": str(s.momentum_in_path), "sha256": digests[s.momentum_in_path]} if s.momentum_in_path else None
+        momentum_in = (
+            {"path": str(s.momentum_in_path), "sha256": digests[s.momentum_in_path]} if s.momentum_in_path else None
+        )
         server = {
             "lr": s.step.lr,
             "momentum": s.step.momentum,

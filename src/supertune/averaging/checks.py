@@ -33,8 +33,19 @@ _SHAPING_KEY = re.compile(
 )
 # adapter_config.json keys that decide the adapter tensors or what they mean once scaled.
 _ADAPTER_KEYS = (
-    "peft_type", "r", "lora_alpha", "target_modules", "use_rslora", "use_dora", "fan_in_fan_out",
-    "modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform", "lora_bias", "bias",
+    "peft_type",
+    "r",
+    "lora_alpha",
+    "target_modules",
+    "use_rslora",
+    "use_dora",
+    "fan_in_fan_out",
+    "modules_to_save",
+    "rank_pattern",
+    "alpha_pattern",
+    "layers_to_transform",
+    "lora_bias",
+    "bias",
 )
 # tokenizer_config.json keys that record where a tokenizer was loaded from, not what it does.
 _TOKENIZER_BOOKKEEPING = {"name_or_path", "is_local", "local_files_only", "tokenizer_file", "_commit_hash"}
@@ -49,7 +60,11 @@ def joined_problems(problems: Sequence[str]) -> str:
 
 
 def check_output_path(
-    out: Path, inputs: Sequence[ModelInput], others: Sequence[tuple[str, Path]] = (), flag: str = "--out", new_directory: bool = True
+    out: Path,
+    inputs: Sequence[ModelInput],
+    others: Sequence[tuple[str, Path]] = (),
+    flag: str = "--out",
+    new_directory: bool = True,
 ) -> list[str]:
     """An output must neither be nor lie inside nor contain any input, and (new_directory) must be new or an empty directory.
 
@@ -84,7 +99,9 @@ def config_differences(inputs: Sequence[ModelInput]) -> tuple[dict[int, str], li
         config = inp.json_file(name)
         if (config is None) != (reference is None):
             which = 0 if reference is None else i
-            problems[i] = f"{inputs[which].label(which)} has no {name}; every input needs one, to compare their architectures"
+            problems[i] = (
+                f"{inputs[which].label(which)} has no {name}; every input needs one, to compare their architectures"
+            )
             continue
         if config is None:
             continue
@@ -105,7 +122,9 @@ def config_differences(inputs: Sequence[ModelInput]) -> tuple[dict[int, str], li
                 f"{inp.label(i)}: {name} differs from input 1's in {_few(shaping)}; only models of one architecture and size can be averaged"
             )
         elif other:
-            notes.append(f"{inp.label(i)}: {name} differs from input 1's in {_few(other)}, which shape no tensor; the output keeps input 1's")
+            notes.append(
+                f"{inp.label(i)}: {name} differs from input 1's in {_few(other)}, which shape no tensor; the output keeps input 1's"
+            )
     return problems, notes
 
 
@@ -121,7 +140,9 @@ def check_same_tensors(reference: ModelInput, ref_index: int, other: ModelInput,
         if extra:
             parts.append(f"has {len(extra)} tensor(s) {ref_label} lacks ({_few(extra)})")
         return f"{label} " + " and ".join(parts) + "; only models with the same tensors can be averaged"
-    differ = [n for n in reference.weights.in_file_order() if (a[n][1].shape, a[n][1].dtype) != (b[n][1].shape, b[n][1].dtype)]
+    differ = [
+        n for n in reference.weights.in_file_order() if (a[n][1].shape, a[n][1].dtype) != (b[n][1].shape, b[n][1].dtype)
+    ]
     if not differ:
         return None
     ea, eb = a[differ[0]][1], b[differ[0]][1]
@@ -129,7 +150,11 @@ def check_same_tensors(reference: ModelInput, ref_index: int, other: ModelInput,
     return (
         f"{label}: {len(differ)} tensor(s) differ in {'dtype' if dtype_only else 'shape or dtype'} from {ref_label}'s, "
         f"e.g. {differ[0]} is {eb.dtype} {list(eb.shape)} against {ea.dtype} {list(ea.shape)}; "
-        + ("convert one model to the other's dtype first" if dtype_only else "only models with the same tensor shapes can be averaged")
+        + (
+            "convert one model to the other's dtype first"
+            if dtype_only
+            else "only models with the same tensor shapes can be averaged"
+        )
     )
 
 
@@ -145,14 +170,18 @@ def tokenizer_sha256(inp: ModelInput) -> str | None:
         if name == "tokenizer_config.json":
             try:
                 config = json.loads(data)
-                data = json.dumps({k: v for k, v in config.items() if k not in _TOKENIZER_BOOKKEEPING}, sort_keys=True).encode()
+                data = json.dumps(
+                    {k: v for k, v in config.items() if k not in _TOKENIZER_BOOKKEEPING}, sort_keys=True
+                ).encode()
             except ValueError:
                 pass
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
 
 
-def check_inputs(inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple[str, Path]] = ()) -> tuple[list[str], str | None]:
+def check_inputs(
+    inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple[str, Path]] = ()
+) -> tuple[list[str], str | None]:
     """Everything refused before writing; (notes, the common tokenizer's sha256). Raises one UserError listing every problem."""
     if len(inputs) < 2:
         raise UserError(f"supertune average needs at least two models, got {len(inputs)}; name every model to average")
@@ -160,7 +189,9 @@ def check_inputs(inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple
     kinds = {inp.adapter for inp in inputs}
     if len(kinds) > 1:
         adapters = [inp.label(i) for i, inp in enumerate(inputs) if inp.adapter]
-        problems.append(f"{', '.join(adapters)} hold LoRA adapters and the others full models; average adapters with adapters (or merge them first)")
+        problems.append(
+            f"{', '.join(adapters)} hold LoRA adapters and the others full models; average adapters with adapters (or merge them first)"
+        )
         raise UserError(joined_problems(problems))
     config_problems, notes = config_differences(inputs)
     problems += list(config_problems.values())
@@ -181,7 +212,9 @@ def check_inputs(inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple
         raise UserError(joined_problems(problems))
     if known and len(known) < len(inputs):
         missing = [inputs[i].label(i) for i, d in enumerate(digests) if d is None]
-        notes.append(f"{', '.join(missing)} hold no tokenizer; the output gets {inputs[known[0][0]].label(known[0][0])}'s")
+        notes.append(
+            f"{', '.join(missing)} hold no tokenizer; the output gets {inputs[known[0][0]].label(known[0][0])}'s"
+        )
     return notes, (known[0][1] if known else None)
 
 

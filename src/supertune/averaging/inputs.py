@@ -21,12 +21,27 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints.layout import CheckpointDir
-from ..checkpoints.manifest import AVERAGE_MANIFEST, MANIFEST_FILE, MODEL_MANIFEST_FILE, CheckpointManifest, model_manifest_size_problems, read_manifest
+from ..checkpoints.manifest import (
+    AVERAGE_MANIFEST,
+    MANIFEST_FILE,
+    MODEL_MANIFEST_FILE,
+    CheckpointManifest,
+    model_manifest_size_problems,
+    read_manifest,
+)
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
 from ..weight_files.tensor_files import INDEX_SUFFIX, WeightFiles
 
-__all__ = ["ModelInput", "resolve_input", "ADAPTER_CONFIG", "AVERAGE_MANIFEST", "MODEL_CONFIG", "GENERATION_CONFIG", "TOKENIZER_FILES"]
+__all__ = [
+    "ModelInput",
+    "resolve_input",
+    "ADAPTER_CONFIG",
+    "AVERAGE_MANIFEST",
+    "MODEL_CONFIG",
+    "GENERATION_CONFIG",
+    "TOKENIZER_FILES",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -102,7 +117,9 @@ def resolve_input(arg: str | Path) -> ModelInput:
     if not path.exists():
         raise UserError(f"MODEL {text}: no such file or directory")
     if not path.is_dir():
-        raise UserError(f"MODEL {text}: is a file; give the directory that holds the weights (a run, a checkpoint or a saved model)")
+        raise UserError(
+            f"MODEL {text}: is a file; give the directory that holds the weights (a run, a checkpoint or a saved model)"
+        )
     if (path / MANIFEST_FILE).is_file():
         return _checkpoint(text, path, "checkpoint")
     if holds_run(path):
@@ -152,7 +169,10 @@ def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | 
     if parent is not None:
         summary = parent.read_summary(f"MODEL {parent.path}")
         if summary is None:
-            missing = (None, f"its run {path.parent} has no summary.json (unfinished); give a checkpoint of the run instead")
+            missing = (
+                None,
+                f"its run {path.parent} has no summary.json (unfinished); give a checkpoint of the run instead",
+            )
             return "model directory of a run", missing, missing
         tokens, samples = _run_counts(parent, summary)
         return "model directory of a run", tokens, samples
@@ -176,12 +196,19 @@ def _model_counts(path: Path) -> tuple[str, tuple[int | None, str], tuple[int | 
 def _run_counts(run: RunDir, summary: dict[str, Any]) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
     """Tokens from the run's summary.json; samples from its checkpoint at the final step (the summary has none)."""
     tokens_value = summary.get("train_tokens")
-    tokens = (int(tokens_value), "run summary.json train_tokens") if isinstance(tokens_value, int) else (None, "run summary.json has no train_tokens")
+    tokens = (
+        (int(tokens_value), "run summary.json train_tokens")
+        if isinstance(tokens_value, int)
+        else (None, "run summary.json has no train_tokens")
+    )
     step = summary.get("train_steps")
     final = CheckpointDir(run.checkpoints).final(int(step)) if isinstance(step, int) else None
     if final is not None and (final / MANIFEST_FILE).is_file():
         try:
-            samples = (read_manifest(final).samples_seen, f"manifest of {final.name} (the run's final step) samples_seen")
+            samples = (
+                read_manifest(final).samples_seen,
+                f"manifest of {final.name} (the run's final step) samples_seen",
+            )
         except ValueError as exc:
             samples = (None, f"{final.name}: {exc}")
     else:
@@ -200,7 +227,9 @@ def _weights_file(directory: Path) -> str | None:
     return indexes[0] if len(indexes) == 1 else None
 
 
-def _make(text: str, directory: Path, described: str, tokens: tuple[int | None, str], samples: tuple[int | None, str]) -> ModelInput:
+def _make(
+    text: str, directory: Path, described: str, tokens: tuple[int | None, str], samples: tuple[int | None, str]
+) -> ModelInput:
     name = _weights_file(directory)
     if name is None:
         others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".safetensors"))

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from .checks import check_inputs, check_output_path, joined_problems, tokenizer_sha256
 from ..weight_files.dtypes import AVERAGED, OUTPUT_DTYPES
+from ..weight_files.shard_writer import PlannedTensor, plan_shards, shard_file_names
+from .checks import check_inputs, check_output_path, joined_problems, tokenizer_sha256
 from .inputs import ModelInput, resolve_input
 from .lora_merge import MergePlan, merge_plan
 from .output import free_bytes
 from .server_step import ServerState, ServerStep
-from ..weight_files.shard_writer import PlannedTensor, plan_shards, shard_file_names
 from .weights import InputWeights, input_weights
 
 __all__ = ["AverageJob", "checked_job"]
@@ -77,7 +77,9 @@ def checked_job(
     if server and server.momentum_out is not None:
         # the momentum may replace the file it was read from (one file kept next to the federation's state)
         readonly = [o for o in others if o[0] != "--momentum-in"]
-        problems += check_output_path(Path(server.momentum_out), models, readonly, flag="--momentum-out", new_directory=False)
+        problems += check_output_path(
+            Path(server.momentum_out), models, readonly, flag="--momentum-out", new_directory=False
+        )
     merge = None
     if base is not None:
         merge, merge_problems = merge_plan(base, models) if models[0].adapter else (None, [_NOT_ADAPTERS])
@@ -101,14 +103,18 @@ def checked_job(
 _NOT_ADAPTERS = "--merge-first: the inputs are full models, not LoRA adapters; leave out --merge-first and --base"
 
 
-def _plan(reference: ModelInput, out_dtype: str | None, kind: str, max_shard_bytes: int) -> tuple[list[tuple[str, list[PlannedTensor]]], set[str]]:
+def _plan(
+    reference: ModelInput, out_dtype: str | None, kind: str, max_shard_bytes: int
+) -> tuple[list[tuple[str, list[PlannedTensor]]], set[str]]:
     """The output's shards (file name, tensors) and the names of the tensors that are averaged."""
     planned, averaged = [], set()
     for name in reference.weights.in_file_order():
         entry = reference.weights.entry(name)
         if entry.dtype in AVERAGED:
             averaged.add(name)
-        planned.append(PlannedTensor(name, (out_dtype or entry.dtype) if entry.dtype in AVERAGED else entry.dtype, entry.shape))
+        planned.append(
+            PlannedTensor(name, (out_dtype or entry.dtype) if entry.dtype in AVERAGED else entry.dtype, entry.shape)
+        )
     if kind == "adapter":
         return [("adapter_model.safetensors", plan_shards(planned, 1 << 62)[0])], averaged  # peft reads one file
     grouped = plan_shards(planned, max_shard_bytes)
@@ -123,7 +129,9 @@ def _space(job: AverageJob) -> list[str]:
     free = free_bytes(job.out)
     if needed * 1.01 + (64 << 20) <= free:
         return []
-    return [f"--out {job.out}: the average needs about {needed / 1e9:.2f} GB and {free / 1e9:.2f} GB are free there; free some space or write elsewhere"]
+    return [
+        f"--out {job.out}: the average needs about {needed / 1e9:.2f} GB and {free / 1e9:.2f} GB are free there; free some space or write elsewhere"
+    ]
 
 
 def _checkpoint_sizes(models: list[ModelInput]) -> list[str]:

@@ -39,7 +39,14 @@ class _Target:
 class MergePlan:
     """Which base tensors the adapters change, and the low-rank sum for a slice of rows of each."""
 
-    def __init__(self, base: ModelInput, inputs: Sequence[ModelInput], scale: float, transposed: bool, targets: dict[str, _Target]) -> None:
+    def __init__(
+        self,
+        base: ModelInput,
+        inputs: Sequence[ModelInput],
+        scale: float,
+        transposed: bool,
+        targets: dict[str, _Target],
+    ) -> None:
         self.base = base
         self.inputs = inputs
         self.scale = scale
@@ -51,7 +58,9 @@ class MergePlan:
     def changes(self, name: str) -> bool:
         return name in self.targets
 
-    def add_rows(self, name: str, row_start: int, row_stop: int, acc: np.ndarray, weights: Sequence[float], tmp: np.ndarray) -> None:
+    def add_rows(
+        self, name: str, row_start: int, row_stop: int, acc: np.ndarray, weights: Sequence[float], tmp: np.ndarray
+    ) -> None:
         """acc (the base's rows [row_start, row_stop), flat) += s * sum_i w_i (B_i A_i)[rows]."""
         left, right = self._stacked(name, weights)
         rows = acc.reshape(row_stop - row_start, right.shape[1])
@@ -91,12 +100,18 @@ def merge_plan(base: ModelInput, inputs: Sequence[ModelInput]) -> tuple[MergePla
     config = inputs[0].json_file(ADAPTER_CONFIG) or {}
     for key, bad in (("use_dora", True), ("lora_bias", True)):
         if config.get(key) == bad:
-            problems.append(f"--merge-first: the adapters use {key}; merge them with peft's merge_and_unload, or average them without --merge-first")
+            problems.append(
+                f"--merge-first: the adapters use {key}; merge them with peft's merge_and_unload, or average them without --merge-first"
+            )
     for key in ("rank_pattern", "alpha_pattern", "modules_to_save"):
         if config.get(key):
-            problems.append(f"--merge-first: the adapters set {key}; merge them with peft's merge_and_unload, or average them without --merge-first")
+            problems.append(
+                f"--merge-first: the adapters set {key}; merge them with peft's merge_and_unload, or average them without --merge-first"
+            )
     if config.get("peft_type", "LORA") != "LORA":
-        problems.append(f"--merge-first: the adapters are {config.get('peft_type')}, not LoRA; average them without --merge-first")
+        problems.append(
+            f"--merge-first: the adapters are {config.get('peft_type')}, not LoRA; average them without --merge-first"
+        )
     r = config.get("r")
     alpha = config.get("lora_alpha", r)
     if not isinstance(r, int) or r <= 0 or not isinstance(alpha, (int, float)):
@@ -114,17 +129,31 @@ def merge_plan(base: ModelInput, inputs: Sequence[ModelInput]) -> tuple[MergePla
         for name in inp.weights.where:
             m = _LORA_KEY.match(name)
             if m is None:
-                problems.append(f"--merge-first: {inp.label(i)} has tensor {name}, which is not a LoRA A or B of a linear layer; average without --merge-first")
+                problems.append(
+                    f"--merge-first: {inp.label(i)} has tensor {name}, which is not a LoRA A or B of a linear layer; average without --merge-first"
+                )
                 break
             halves.setdefault(m["module"] + ".weight", {})[m["which"]] = name
         for target, ab in sorted(halves.items()):
             if set(ab) != {"A", "B"} or target not in base_tensors:
-                why = "has only one of lora_A and lora_B" if set(ab) != {"A", "B"} else f"changes {target}, which the base does not have"
-                problems.append(f"--merge-first: {inp.label(i)} {why}; give the base these adapters were trained on (--base)")
+                why = (
+                    "has only one of lora_A and lora_B"
+                    if set(ab) != {"A", "B"}
+                    else f"changes {target}, which the base does not have"
+                )
+                problems.append(
+                    f"--merge-first: {inp.label(i)} {why}; give the base these adapters were trained on (--base)"
+                )
                 break
             a, b, w = inp.weights.entry(ab["A"]), inp.weights.entry(ab["B"]), base_tensors[target][1]
             out_f, in_f = (-1, -1) if len(w.shape) != 2 else (w.shape[::-1] if transposed else w.shape)
-            if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != in_f or b.shape[0] != out_f or a.shape[0] != b.shape[1]:
+            if (
+                len(a.shape) != 2
+                or len(b.shape) != 2
+                or a.shape[1] != in_f
+                or b.shape[0] != out_f
+                or a.shape[0] != b.shape[1]
+            ):
                 problems.append(
                     f"--merge-first: {inp.label(i)}: {ab['A']} {list(a.shape)} and {ab['B']} {list(b.shape)} do not fit base tensor {target} {list(w.shape)}; "
                     "give the base these adapters were trained on (--base)"

@@ -67,7 +67,11 @@ def copy_side_files(
     """Copy config, generation config, adapter config and tokenizer files; config.json's dtype set to the output's."""
     written = []
     for name in names:
-        origin = config_source if config_source is not None and name in (MODEL_CONFIG, GENERATION_CONFIG, ADAPTER_CONFIG) else source
+        origin = (
+            config_source
+            if config_source is not None and name in (MODEL_CONFIG, GENERATION_CONFIG, ADAPTER_CONFIG)
+            else source
+        )
         src = origin.directory / name
         if not src.is_file():
             continue

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from ..weight_files.dtypes import widen_into
-from .inputs import ModelInput, resolve_input
 from ..weight_files.shard_writer import PlannedTensor, ShardWriter
 from ..weight_files.tensor_files import WeightFiles
+from .inputs import ModelInput, resolve_input
 
 __all__ = ["MOMENTUM_FILE", "ServerStep", "ServerState"]
 
@@ -68,7 +68,9 @@ class ServerState:
         if path is None and (self.global_model.directory / MOMENTUM_FILE).is_file():
             path = self.global_model.directory / MOMENTUM_FILE
         self.momentum_in_path: Path | None = Path(path).absolute() if path is not None and step.momentum > 0 else None
-        self.momentum_in = WeightFiles(self.momentum_in_path.parent, self.momentum_in_path.name) if self.momentum_in_path else None
+        self.momentum_in = (
+            WeightFiles(self.momentum_in_path.parent, self.momentum_in_path.name) if self.momentum_in_path else None
+        )
         self.writer: ShardWriter | None = None
 
     @property
@@ -93,14 +95,20 @@ class ServerState:
         if self.momentum_in is not None:
             have = self.momentum_in.where
             for t in planned:
-                if t.name in averaged and (t.name not in have or have[t.name][1].shape != t.shape or have[t.name][1].dtype != "F32"):
-                    out.append(f"--momentum-in {self.momentum_in_path}: no float32 tensor {t.name} {list(t.shape)}; it is not the momentum of this model")
+                if t.name in averaged and (
+                    t.name not in have or have[t.name][1].shape != t.shape or have[t.name][1].dtype != "F32"
+                ):
+                    out.append(
+                        f"--momentum-in {self.momentum_in_path}: no float32 tensor {t.name} {list(t.shape)}; it is not the momentum of this model"
+                    )
                     break
         return out
 
     def open_writer(self, path: Path, planned: list[PlannedTensor], averaged: set[str]) -> None:
         if self.keeps_momentum:
-            self.writer = ShardWriter(path, [PlannedTensor(t.name, "F32", t.shape) for t in planned if t.name in averaged])
+            self.writer = ShardWriter(
+                path, [PlannedTensor(t.name, "F32", t.shape) for t in planned if t.name in averaged]
+            )
 
     def apply(self, name: str, start: int, stop: int, acc: np.ndarray, g: np.ndarray, tmp: np.ndarray) -> str | None:
         """Turn the average `acc` of elements [start, stop) into the new global model's, in place; `g` and

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..weight_files.dtypes import accumulator_dtype, narrow, widen_into
-from .job import AverageJob
 from ..weight_files.shard_writer import PlannedTensor, ShardWriter
+from .job import AverageJob
 
 __all__ = ["CHUNK_ELEMENTS", "TensorStreamer", "WriterThread"]
 
@@ -167,7 +167,9 @@ class TensorStreamer:
                 raise UserError(problem)
         values, finite = narrow(acc, t.dtype, self._buffer("bits", np.dtype(np.uint32), n), slot.out16)
         if not finite:
-            raise UserError(f"--dtype {self.job.dtype}: tensor {name} has values beyond the range of {t.dtype} after averaging; use --dtype bf16 or fp32")
+            raise UserError(
+                f"--dtype {self.job.dtype}: tensor {name} has values beyond the range of {t.dtype} after averaging; use --dtype bf16 or fp32"
+            )
         return values
 
     def _non_finite(self, name: str, start: int, stop: int) -> str:

@@ -34,7 +34,9 @@ def parse_weights(text: str | Sequence[float]) -> str | tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise UserError(f"--weights: {text!r} is neither tokens, samples, uniform nor numbers such as 0.7,0.3") from None
+        raise UserError(
+            f"--weights: {text!r} is neither tokens, samples, uniform nor numbers such as 0.7,0.3"
+        ) from None
 
 
 def input_weights(inputs: Sequence[ModelInput], spec: str | Sequence[float]) -> InputWeights:
@@ -44,10 +46,14 @@ def input_weights(inputs: Sequence[ModelInput], spec: str | Sequence[float]) -> 
     if isinstance(parsed, tuple):
         mode, raw = "explicit", parsed
         if len(raw) != len(inputs):
-            raise UserError(f"--weights: {len(raw)} numbers for {len(inputs)} inputs; give one per input, in the order of the inputs")
+            raise UserError(
+                f"--weights: {len(raw)} numbers for {len(inputs)} inputs; give one per input, in the order of the inputs"
+            )
         for i, w in enumerate(raw):
             if not math.isfinite(w) or w < 0:
-                problems.append(f"--weights: the weight of {inputs[i].label(i)} is {w}; weights must be finite and not negative")
+                problems.append(
+                    f"--weights: the weight of {inputs[i].label(i)} is {w}; weights must be finite and not negative"
+                )
     elif parsed == "uniform":
         mode, raw = parsed, tuple(1.0 for _ in inputs)
     else:
@@ -66,9 +72,10 @@ def input_weights(inputs: Sequence[ModelInput], spec: str | Sequence[float]) -> 
             counts.append(float(value or 0))
         raw = tuple(counts)
     if not problems and sum(raw) <= 0:
-        problems.append(f"--weights {mode}: every weight is zero ({', '.join(f'{w:g}' for w in raw)}); at least one input must count")
+        problems.append(
+            f"--weights {mode}: every weight is zero ({', '.join(f'{w:g}' for w in raw)}); at least one input must count"
+        )
     if problems:
         raise UserError(joined_problems(problems))
     total = math.fsum(raw)
     return InputWeights(mode, raw, tuple(w / total for w in raw))
-

@@ -67,7 +67,10 @@ class CheckpointDir:
     def clear_staging(self) -> None:
         """Remove what an interrupted save left behind."""
         if self.staging_root.exists():
-            log.warning("removing an unfinished checkpoint save in %s (the process was stopped during a save)", self.staging_root)
+            log.warning(
+                "removing an unfinished checkpoint save in %s (the process was stopped during a save)",
+                self.staging_root,
+            )
             shutil.rmtree(self.staging_root, ignore_errors=True)
 
     def publish(self, step: int, manifest: CheckpointManifest, fault: Callable[[str], None]) -> Path:
@@ -134,13 +137,18 @@ class CheckpointDir:
                 problems = [str(exc)]
             if not problems:
                 if latest is not None and latest != path and step < _step_of(latest):
-                    log.warning("%s is newer than %s but failed its check; resuming from %s", latest.name, path.name, path.name)
+                    log.warning(
+                        "%s is newer than %s but failed its check; resuming from %s", latest.name, path.name, path.name
+                    )
                 return path, manifest
             rejected = self.root / f"{REJECTED}{path.name}"
             shutil.rmtree(rejected, ignore_errors=True)
             os.rename(path, rejected)
             log.warning(
-                "checkpoint %s is not usable (%s); moved to %s, trying the previous one", path.name, "; ".join(problems[:3]), rejected.name
+                "checkpoint %s is not usable (%s); moved to %s, trying the previous one",
+                path.name,
+                "; ".join(problems[:3]),
+                rejected.name,
             )
         return None
 

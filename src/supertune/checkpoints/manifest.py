@@ -94,7 +94,9 @@ def read_manifest(root: Path) -> CheckpointManifest:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{MANIFEST_FILE} unreadable: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{MANIFEST_FILE}: format {data.get('format') if isinstance(data, dict) else '?'} is not {FORMAT}")
+        raise ValueError(
+            f"{MANIFEST_FILE}: format {data.get('format') if isinstance(data, dict) else '?'} is not {FORMAT}"
+        )
     known = set(CheckpointManifest.__dataclass_fields__)
     try:
         return CheckpointManifest(**{k: v for k, v in data.items() if k in known})
@@ -110,7 +112,12 @@ def check_files(root: Path, manifest: CheckpointManifest) -> list[str]:
 
 def write_model_manifest(root: Path) -> None:
     """Record the size and sha256 of every file of a saved model directory, written last and flushed."""
-    record = {"format": FORMAT, "kind": "model", "files": file_digests(root, MODEL_MANIFEST_FILE), "created_unix": time.time()}
+    record = {
+        "format": FORMAT,
+        "kind": "model",
+        "files": file_digests(root, MODEL_MANIFEST_FILE),
+        "created_unix": time.time(),
+    }
     tmp = root / f".{MODEL_MANIFEST_FILE}.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -131,7 +138,9 @@ def _model_table(root: Path) -> tuple[str, dict[str, dict[str, Any]]] | None:
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"{name} is unreadable ({first_line(exc)})") from None
         files = data.get("files") if isinstance(data, dict) else None
-        if not isinstance(files, dict) or not all(isinstance(v, dict) and "size" in v and "sha256" in v for v in files.values()):
+        if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and "size" in v and "sha256" in v for v in files.values()
+        ):
             raise ValueError(f"{name} has no table of files with size and sha256")
         if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in files):
             raise ValueError(f"{name} names a file outside the directory")

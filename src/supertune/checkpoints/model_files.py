@@ -30,7 +30,14 @@ __all__ = [
     "safetensors_problem",
 ]
 
-TOKENIZER_VOCAB_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt", "tiktoken.model")
+TOKENIZER_VOCAB_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "vocab.txt",
+    "tiktoken.model",
+)
 """Files that hold a tokenizer's vocabulary; tokenizer_config.json alone holds none."""
 NO_TOKENIZER = (
     f"holds no tokenizer ({', '.join(TOKENIZER_VOCAB_FILES[:3])}, ...), and one built from it would encode every "
@@ -63,7 +70,13 @@ def model_config_problems(values: dict[str, Any]) -> list[str]:
         elif value >= 2**31:
             problems.append(f"{key} is {value}, beyond what any model has (token ids and sizes are 32-bit)")
     hidden, heads, kv = values.get("hidden_size"), values.get("num_attention_heads"), values.get("num_key_value_heads")
-    if not problems and isinstance(hidden, int) and isinstance(heads, int) and values.get("head_dim") is None and hidden % heads:
+    if (
+        not problems
+        and isinstance(hidden, int)
+        and isinstance(heads, int)
+        and values.get("head_dim") is None
+        and hidden % heads
+    ):
         problems.append(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     if not problems and isinstance(heads, int) and isinstance(kv, int) and heads % kv:
         problems.append(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
@@ -194,7 +207,9 @@ def check_saved_model(directory: str, label: str, verify: str, tokenizer: bool) 
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"{label}: {directory!r} is damaged: {problems[0]}{more}; save or copy the model again{skip}")
     if tokenizer and not has_tokenizer_files(directory):
-        raise UserError(f"{label}: {directory!r} {NO_TOKENIZER}; save the model with its tokenizer (tokenizer.save_pretrained)")
+        raise UserError(
+            f"{label}: {directory!r} {NO_TOKENIZER}; save the model with its tokenizer (tokenizer.save_pretrained)"
+        )
     return verified
 
 

@@ -27,37 +27,72 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("models", nargs="+", metavar="MODEL", help="run directories, checkpoints, or model/adapter directories (two or more)")
-    p.add_argument("--out", required=True, metavar="DIR", help="new directory for the average (must not exist, or be empty)")
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="run directories, checkpoints, or model/adapter directories (two or more)",
+    )
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="new directory for the average (must not exist, or be empty)"
+    )
     p.add_argument(
         "--weights",
         default="tokens",
         metavar="tokens|samples|uniform|W1,W2,...",
         help="tokens seen (default), samples seen, equal, or one number per input (normalised)",
     )
-    p.add_argument("--dtype", default="same", choices=["same", "bf16", "fp16", "fp32"], help="output dtype of averaged tensors (same: each keeps its own)")
-    p.add_argument("--max-shard-size", default="5GB", metavar="SIZE", help="largest output shard, e.g. 5GB (default), 500MB")
-    p.add_argument("--merge-first", action="store_true", help="LoRA adapters: merge each into --base and average the merged models")
+    p.add_argument(
+        "--dtype",
+        default="same",
+        choices=["same", "bf16", "fp16", "fp32"],
+        help="output dtype of averaged tensors (same: each keeps its own)",
+    )
+    p.add_argument(
+        "--max-shard-size", default="5GB", metavar="SIZE", help="largest output shard, e.g. 5GB (default), 500MB"
+    )
+    p.add_argument(
+        "--merge-first", action="store_true", help="LoRA adapters: merge each into --base and average the merged models"
+    )
     p.add_argument("--base", metavar="DIR", help="with --merge-first: the base model the adapters were trained on")
     server = p.add_argument_group("server step (FedAvgM): g_new = g + lr * v, v = momentum * v_prev + (average - g)")
     server.add_argument("--global-model", metavar="DIR", help="the previous global model g the inputs started from")
     server.add_argument("--server-lr", type=float, metavar="LR", help="server learning rate (default 1.0)")
-    server.add_argument("--server-momentum", type=float, metavar="BETA", help="server momentum in [0, 1) (default 0: none)")
-    server.add_argument("--momentum-in", metavar="FILE", help="previous momentum (default: server-momentum.safetensors in --global-model, else zero)")
-    server.add_argument("--momentum-out", metavar="FILE", help="where to write the new momentum (default: server-momentum.safetensors in --out)")
+    server.add_argument(
+        "--server-momentum", type=float, metavar="BETA", help="server momentum in [0, 1) (default 0: none)"
+    )
+    server.add_argument(
+        "--momentum-in",
+        metavar="FILE",
+        help="previous momentum (default: server-momentum.safetensors in --global-model, else zero)",
+    )
+    server.add_argument(
+        "--momentum-out",
+        metavar="FILE",
+        help="where to write the new momentum (default: server-momentum.safetensors in --out)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..averaging import ServerStep, average_checkpoints
     from ..byte_sizes import parse_byte_size
     from ..errors import UserError
-    from ..averaging import ServerStep, average_checkpoints
 
     if args.merge_first != (args.base is not None):
-        raise UserError("--merge-first and --base go together: --merge-first --base DIR merges LoRA adapters into DIR before averaging")
-    given = {"--server-lr": args.server_lr, "--server-momentum": args.server_momentum, "--momentum-in": args.momentum_in, "--momentum-out": args.momentum_out}
+        raise UserError(
+            "--merge-first and --base go together: --merge-first --base DIR merges LoRA adapters into DIR before averaging"
+        )
+    given = {
+        "--server-lr": args.server_lr,
+        "--server-momentum": args.server_momentum,
+        "--momentum-in": args.momentum_in,
+        "--momentum-out": args.momentum_out,
+    }
     server_flags = [flag for flag, value in given.items() if value is not None]
     if server_flags and not args.global_model:
-        raise UserError(f"{server_flags[0]} needs --global-model DIR, the previous global model the inputs started from")
+        raise UserError(
+            f"{server_flags[0]} needs --global-model DIR, the previous global model the inputs started from"
+        )
     try:
         max_shard = parse_byte_size(args.max_shard_size)
     except ValueError as exc:

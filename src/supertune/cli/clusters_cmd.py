@@ -30,13 +30,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         if args.name:
-            raise UserError(f"clusters list takes no name (got {args.name!r}); to see one profile: supertune clusters show {args.name}")
+            raise UserError(
+                f"clusters list takes no name (got {args.name!r}); to see one profile: supertune clusters show {args.name}"
+            )
         print(_table())
         return 0
     if not args.name:
         from ..clusters import profile_names
 
-        raise UserError(f"clusters show: give a profile name, e.g. supertune clusters show lumi; known: {', '.join(profile_names())}")
+        raise UserError(
+            f"clusters show: give a profile name, e.g. supertune clusters show lumi; known: {', '.join(profile_names())}"
+        )
     print(_show(args.name), end="")
     return 0
 
@@ -53,7 +57,9 @@ def _table() -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     user_dir = user_profile_dir()
     lines.append("")
-    lines.append(f"user profiles: {user_dir}{'' if user_dir.is_dir() else ' (does not exist)'}; (user) marks a profile with a user file")
+    lines.append(
+        f"user profiles: {user_dir}{'' if user_dir.is_dir() else ' (does not exist)'}; (user) marks a profile with a user file"
+    )
     return "\n".join(line.rstrip() for line in lines)
 
 

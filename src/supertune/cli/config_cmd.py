@@ -23,10 +23,14 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["show", "keys"], help="show: resolved config as YAML; keys: every key with its meaning")
+    p.add_argument(
+        "action", choices=["show", "keys"], help="show: resolved config as YAML; keys: every key with its meaning"
+    )
     add_run_config_arguments(p, config_help="run config YAML (show)")
     p.add_argument("--markdown", action="store_true", help="keys: print the Markdown reference (docs/config.md)")
-    p.add_argument("--origin", action="store_true", help="show: each value that is not the default, with the layer that set it")
+    p.add_argument(
+        "--origin", action="store_true", help="show: each value that is not the default, with the layer that set it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
         f"supertune: wrote {files.definition} (base {profile.container.base_image}; torch from the image, "
         f"{len(installed)} pinned packages and supertune from {files.source.describe()})"
     )
-    print(f"supertune: wrote {files.environment} (conda environment: python, all {len(files.pins)} pins including torch)")
+    print(
+        f"supertune: wrote {files.environment} (conda environment: python, all {len(files.pins)} pins including torch)"
+    )
     print("supertune: build one of them where there is network access:")
     for command in files.build_commands:
         print(f"  {command}")

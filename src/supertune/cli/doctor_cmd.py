@@ -62,8 +62,14 @@ def _run_local_processes(options) -> int:
     with tempfile.TemporaryDirectory(prefix="supertune-doctor-") as tmp:
         report = Path(options.out or Path(tmp) / "doctor.json")
         report.unlink(missing_ok=True)
-        code = run_foreground(torchrun_argv(options.nproc, options.worker_argv(out=str(report), exit_zero=True), entry=DOCTOR_WORKER))
+        code = run_foreground(
+            torchrun_argv(options.nproc, options.worker_argv(out=str(report), exit_zero=True), entry=DOCTOR_WORKER)
+        )
         if code != 0 or not report.exists():
-            print(f"supertune: error: the doctor's processes exited with code {code} before reporting; see the output above", file=sys.stderr, flush=True)
+            print(
+                f"supertune: error: the doctor's processes exited with code {code} before reporting; see the output above",
+                file=sys.stderr,
+                flush=True,
+            )
             return code or 1
         return int(json.loads(report.read_text())["exit_code"])

@@ -12,11 +12,7 @@ DESCRIPTION = (
 
 
 def epilog() -> str:
-    return (
-        "examples:\n"
-        "  supertune env\n"
-        "  srun -N2 --ntasks-per-node=4 supertune env --json   # one line per task\n"
-    )
+    return "examples:\n  supertune env\n  srun -N2 --ntasks-per-node=4 supertune env --json   # one line per task\n"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

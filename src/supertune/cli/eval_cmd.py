@@ -23,8 +23,12 @@ def epilog() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="saved model directory (Hugging Face format)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="data/training overrides, e.g. data.block_size=256")
-    p.add_argument("--data", nargs="+", metavar="FILE", help="evaluation files or globs (default: the run's validation data)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="section.key=value", help="data/training overrides, e.g. data.block_size=256"
+    )
+    p.add_argument(
+        "--data", nargs="+", metavar="FILE", help="evaluation files or globs (default: the run's validation data)"
+    )
     p.add_argument("--batch-size", type=int, help="sequences per evaluation batch")
     add_verify_arguments(p)
 
@@ -48,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         overrides += [x for x in args.data if "=" in x]
         args.data = [x for x in args.data if "=" not in x]
     if args.data:
-        base.setdefault("data", {}).update(validation_files=[], dataset_name=None, dataset_config=None, streaming=False, store=None)
+        base.setdefault("data", {}).update(
+            validation_files=[], dataset_name=None, dataset_config=None, streaming=False, store=None
+        )
         given = "[" + ",".join(_quoted(f) for f in args.data) + "]"
         # As validation files, evaluated whole (as training files, a share would be held out); the
         # same files as training files too, so that validation sees a complete data section.
@@ -57,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config
     metrics = evaluate_saved_model(args.model, cfg, verify_mode(args))
-    print(f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)")
+    print(
+        f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)"
+    )
     return 0
 
 

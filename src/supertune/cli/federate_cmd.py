@@ -26,7 +26,11 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("federation", nargs="?", help="federation YAML, or a federation directory to resume (default: the embedded default)")
+    p.add_argument(
+        "federation",
+        nargs="?",
+        help="federation YAML, or a federation directory to resume (default: the embedded default)",
+    )
     p.add_argument("--dir", help="federation directory (default: runs/<name>); an unfinished federation there resumes")
     p.add_argument("--status", metavar="DIR", help="print the per-round table of a federation directory and exit")
 

@@ -35,7 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation.perplexity import load_saved_model
 
     # Every value is checked before the model is loaded, each problem named by its option.
-    flags = {"prompt": "--prompt", "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed"}
+    flags = {
+        "prompt": "--prompt",
+        "max_new_tokens": "--max-new-tokens",
+        "temperature": "--temperature",
+        "top_k": "--top-k",
+        "seed": "--seed",
+    }
     try:
         g = build_config(
             GenerateConfig,

@@ -7,7 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-DESCRIPTION = "Print the job log of a run's latest SLURM job (stdout, then stderr); --follow keeps printing until the job ends."
+DESCRIPTION = (
+    "Print the job log of a run's latest SLURM job (stdout, then stderr); --follow keeps printing until the job ends."
+)
 
 
 def epilog() -> str:

@@ -25,8 +25,14 @@ COMMANDS = {
     "prepare": ("prepare_cmd", "tokenize a run config's data once into a checked, memory-mapped token store"),
     "env": ("env_cmd", "this process's rank, world size, master address and launcher, as supertune sees them"),
     "doctor": ("doctor_cmd", "check this node's environment and name the fix; --comm measures the interconnect"),
-    "sweep": ("sweep_cmd", "the same run at several scales (SLURM jobs or local processes), grouped for `supertune report`"),
-    "report": ("report_cmd", "table and plots of a sweep or of runs: throughput, speedup, scaling efficiency, MFU, loss"),
+    "sweep": (
+        "sweep_cmd",
+        "the same run at several scales (SLURM jobs or local processes), grouped for `supertune report`",
+    ),
+    "report": (
+        "report_cmd",
+        "table and plots of a sweep or of runs: throughput, speedup, scaling efficiency, MFU, loss",
+    ),
 }
 
 EXAMPLES = """examples:

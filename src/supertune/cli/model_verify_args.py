@@ -16,7 +16,11 @@ def add_verify_arguments(p: argparse.ArgumentParser) -> None:
         "(about 1 s per GB), size compares sizes only (for very large models); auto: sha256 up to 4 GiB, size above "
         "(default: %(default)s)",
     )
-    p.add_argument("--no-verify", action="store_true", help="load the model without checking it against its manifest (same as --verify none)")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="load the model without checking it against its manifest (same as --verify none)",
+    )
 
 
 def verify_mode(args: argparse.Namespace) -> str:

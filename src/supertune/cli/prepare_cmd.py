@@ -34,10 +34,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_config_arguments(p)
     p.add_argument("--out", help="directory of the new store (must be new or empty; --force replaces a store)")
     p.add_argument("--verify", metavar="DIR", help="check the store DIR (sizes, sha256, offsets) instead of making one")
-    p.add_argument("--force", action="store_true", help="replace an existing store at --out (with --submit: also discard parts of another plan)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing store at --out (with --submit: also discard parts of another plan)",
+    )
     p.add_argument("--shard-tokens", type=int, default=None, help="token ids per shard file (default 268435456)")
-    p.add_argument("--bundle", action="store_true", help="also save the tokenizer and model config in the store (read with model.bundle=DIR)")
-    p.add_argument("--submit", action="store_true", help="run as a SLURM array job on --cluster, --shards tasks, then a merge job")
+    p.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also save the tokenizer and model config in the store (read with model.bundle=DIR)",
+    )
+    p.add_argument(
+        "--submit", action="store_true", help="run as a SLURM array job on --cluster, --shards tasks, then a merge job"
+    )
     p.add_argument("--cluster", help="with --submit: cluster profile (see `supertune clusters list`)")
     p.add_argument("--shards", type=int, help="with --submit: array tasks, each tokenizing one part of the documents")
     p.add_argument("--time", help="with --submit: wall-clock limit of each task and of the merge (slurm.time)")
@@ -60,10 +70,18 @@ def run(args: argparse.Namespace) -> int:
     if array_entry.is_array_task(args):
         return array_entry.run(args)
     if not args.out:
-        raise UserError("--out: where should the store go? e.g. supertune prepare run.yaml --out /scratch/tokens/corpus")
+        raise UserError(
+            "--out: where should the store go? e.g. supertune prepare run.yaml --out /scratch/tokens/corpus"
+        )
     if args.shard_tokens is not None and args.shard_tokens <= 0:
         raise UserError(f"--shard-tokens: must be positive, got {args.shard_tokens}")
-    submit_only = {"--cluster": args.cluster, "--shards": args.shards, "--time": args.time, "--cpus": args.cpus, "--dry-run": args.dry_run or None}
+    submit_only = {
+        "--cluster": args.cluster,
+        "--shards": args.shards,
+        "--time": args.time,
+        "--cpus": args.cpus,
+        "--dry-run": args.dry_run or None,
+    }
     if not args.submit:
         given = [flag for flag, value in submit_only.items() if value is not None]
         if given:
@@ -79,7 +97,9 @@ def _load(args: argparse.Namespace, extra: list[str]):
     # The store being made is not read: data.store and model.bundle in the config (what training will
     # use, maybe this store) are ignored here. prepare reads map-style datasets: the split of a store
     # is the validation files or the percentage split, whatever data.streaming says.
-    return config, resolve_run_config(config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"])
+    return config, resolve_run_config(
+        config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"]
+    )
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -111,7 +131,9 @@ def _submit(args: argparse.Namespace) -> int:
     from ..store.writer import DEFAULT_SHARD_TOKENS
 
     if not args.cluster:
-        raise UserError("--cluster: --submit needs the cluster profile, e.g. --cluster lumi (see supertune clusters list)")
+        raise UserError(
+            "--cluster: --submit needs the cluster profile, e.g. --cluster lumi (see supertune clusters list)"
+        )
     if args.shards is None or args.shards <= 0:
         raise UserError(f"--shards: --submit needs a positive number of array tasks, got {args.shards}")
     if args.cpus is not None and args.cpus <= 0:
@@ -123,20 +145,30 @@ def _submit(args: argparse.Namespace) -> int:
     work = work_dir(out)
     job = prepare_job(cfg, profile, out, work, args.shards, args.cpus)
     todo = list(range(args.shards))
-    array_script, merge_script = render_prepare(job, profile, todo)  # a value the scripts cannot hold fails before anything is written
+    array_script, merge_script = render_prepare(
+        job, profile, todo
+    )  # a value the scripts cannot hold fails before anything is written
     if args.dry_run:
         sys.stdout.write(f"{array_script}\n{merge_script}")
         print("supertune: dry run: nothing written, nothing submitted", file=sys.stderr)
         return 0
-    plan_array(cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force)
+    plan_array(
+        cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force
+    )
     done = finished_parts(work, args.shards)
     todo = [i for i in todo if i not in done]
     array_id, merge_id = submit_prepare(job, render_prepare(job, profile, todo), profile.name)
     if done:
-        print(f"supertune: prepare: {len(done)} of {args.shards} parts are finished already and are not submitted again", file=sys.stderr)
+        print(
+            f"supertune: prepare: {len(done)} of {args.shards} parts are finished already and are not submitted again",
+            file=sys.stderr,
+        )
     print(merge_id)
     tasks = f"array job {array_id} ({len(todo)} tasks), then " if array_id else ""
-    print(f"supertune: submitted {tasks}merge job {merge_id}; logs in {work / 'logs'}; the store will be {out}", file=sys.stderr)
+    print(
+        f"supertune: submitted {tasks}merge job {merge_id}; logs in {work / 'logs'}; the store will be {out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -147,6 +179,12 @@ def _verify(directory: str) -> int:
 
     m = check_store(Path(directory).expanduser(), hashes=True)
     sizes = sum(e.size for e, _ in m.files())
-    parts = [f"{name} {s.documents:,} documents / {s.tokens:,} tokens in {len(s.shards)} shards" for name, s in m.splits.items()]
-    print(f"supertune: store {directory} is sound ({sizes:,} bytes checked by size and sha256): " + ", ".join(parts), file=sys.stdout)
+    parts = [
+        f"{name} {s.documents:,} documents / {s.tokens:,} tokens in {len(s.shards)} shards"
+        for name, s in m.splits.items()
+    ]
+    print(
+        f"supertune: store {directory} is sound ({sizes:,} bytes checked by size and sha256): " + ", ".join(parts),
+        file=sys.stdout,
+    )
     return 0

@@ -23,8 +23,13 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="RUN_DIR|SWEEP_DIR", help="a sweep directory, or one or more run directories")
-    p.add_argument("--out", help="folder for report.md, report.json and the PNGs (default: <sweep or run dir>/report, or ./report for several runs)")
+    p.add_argument(
+        "paths", nargs="+", metavar="RUN_DIR|SWEEP_DIR", help="a sweep directory, or one or more run directories"
+    )
+    p.add_argument(
+        "--out",
+        help="folder for report.md, report.json and the PNGs (default: <sweep or run dir>/report, or ./report for several runs)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,9 @@ import os
 __all__ = ["add_run_config_arguments", "split_config_and_overrides"]
 
 
-def add_run_config_arguments(p: argparse.ArgumentParser, config_help: str = "run config YAML (default: the embedded default run)") -> None:
+def add_run_config_arguments(
+    p: argparse.ArgumentParser, config_help: str = "run config YAML (default: the embedded default run)"
+) -> None:
     p.add_argument("config", nargs="?", help=config_help)
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, applied last")
 

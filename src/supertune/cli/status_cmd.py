@@ -39,7 +39,18 @@ def run(args: argparse.Namespace) -> int:
             s = job_state(record.job_id)
             # A pending job's reason (Resources, Priority, QOSMaxJobsPerUserLimit, ...) says what it waits for.
             state = f"{s.state} ({s.reason})" if s.state == "PENDING" and s.reason not in ("", "None") else s.state
-            rows.append((run.path.name, record.job_id, record.cluster, state, s.nodes or "-", s.elapsed or "-", str(s.restarts), checkpoint))
+            rows.append(
+                (
+                    run.path.name,
+                    record.job_id,
+                    record.cluster,
+                    state,
+                    s.nodes or "-",
+                    s.elapsed or "-",
+                    str(s.restarts),
+                    checkpoint,
+                )
+            )
     if not rows:
         print("no submitted runs" + (f" in {args.run}" if args.run else f" under {args.runs_root}/"))
         return 0

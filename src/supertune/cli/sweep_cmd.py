@@ -33,15 +33,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_run_config_arguments(p)
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--gpus", type=_counts, metavar="N,N,...", help="devices per run, as SLURM jobs on --cluster (processes on CPU-only profiles)")
-    where.add_argument("--nproc", type=_counts, metavar="N,N,...", help="processes per run on this machine, one run after the other")
+    where.add_argument(
+        "--gpus",
+        type=_counts,
+        metavar="N,N,...",
+        help="devices per run, as SLURM jobs on --cluster (processes on CPU-only profiles)",
+    )
+    where.add_argument(
+        "--nproc", type=_counts, metavar="N,N,...", help="processes per run on this machine, one run after the other"
+    )
     p.add_argument("--cluster", help="cluster profile of the SLURM jobs (launch.cluster); needed with --gpus")
-    p.add_argument("--keep", choices=KEEP_CHOICES, default="global-batch", help="what stays the same across scales (default: %(default)s)")
+    p.add_argument(
+        "--keep",
+        choices=KEEP_CHOICES,
+        default="global-batch",
+        help="what stays the same across scales (default: %(default)s)",
+    )
     p.add_argument("--sweep-dir", help="sweep directory (default: <output.runs_root>/<output.name>-sweep-<timestamp>)")
     p.add_argument("--launcher", choices=launcher_names(), help="SLURM launcher (launch.launcher)")
     p.add_argument("--time", help="wall-clock limit of each job, HH:MM:SS (slurm.time)")
-    p.add_argument("--wait", action="store_true", help="with --gpus: wait until every job has ended (exit code 1 when a run failed)")
-    p.add_argument("--dry-run", action="store_true", help="with --gpus: write the run directories and job scripts, submit nothing")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --gpus: wait until every job has ended (exit code 1 when a run failed)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --gpus: write the run directories and job scripts, submit nothing"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,16 +67,22 @@ def run(args: argparse.Namespace) -> int:
     from ..sweeps import sweep as sweeps
 
     if args.gpus and not args.cluster:
-        raise UserError("--gpus submits SLURM jobs: give the cluster with --cluster NAME (or --nproc for local processes)")
+        raise UserError(
+            "--gpus submits SLURM jobs: give the cluster with --cluster NAME (or --nproc for local processes)"
+        )
     config, overrides = split_config_and_overrides(args)
     slurm = args.gpus is not None
     flags = {"launch.cluster": args.cluster, "launch.launcher": args.launcher, "slurm.time": args.time}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
-    planned = sweeps.plan_sweep(config, overrides, args.gpus if slurm else args.nproc, args.keep, args.cluster if slurm else None)
+    planned = sweeps.plan_sweep(
+        config, overrides, args.gpus if slurm else args.nproc, args.keep, args.cluster if slurm else None
+    )
     root = sweeps.sweep_root(args.sweep_dir, planned)
     if slurm:
         sweeps.render_all(planned, root)
-    sweep = sweeps.new_sweep(root, planned, "slurm" if slurm else "local", args.keep, config, overrides, args.cluster if slurm else None)
+    sweep = sweeps.new_sweep(
+        root, planned, "slurm" if slurm else "local", args.keep, config, overrides, args.cluster if slurm else None
+    )
     _say(f"sweep dir {sweep.path} ({sweep.scaling} scaling: --keep {args.keep})")
     if not slurm:
         ok = sweeps.run_local(sweep, planned, _say)

@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "unfinished run is resumed from its latest good checkpoint",
     )
     p.add_argument("--nproc", type=int, help="processes on this machine (same as launch.nproc=N)")
-    p.add_argument("--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it")
+    p.add_argument(
+        "--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"supertune: error: torchrun exited with code {outcome.code}; see the output above", flush=True)
         return outcome.exit_code
     if outcome.summary is None:
-        print(f"supertune: error: the training processes ended without writing {choice.run.summary}; see the output above", flush=True)
+        print(
+            f"supertune: error: the training processes ended without writing {choice.run.summary}; see the output above",
+            flush=True,
+        )
         return outcome.exit_code
     if launch_environment().is_main:
         _report(outcome.summary, choice.run)

@@ -136,9 +136,13 @@ def _profile_files(directory: Path, problems: list[str]) -> dict[str, Path]:
             continue
         name = path.stem
         if not _NAME.match(name):
-            problems.append(f"cluster profile {str(path)!r}: the file name must be the profile name (letters, digits, _ . -), e.g. mysite.yaml")
+            problems.append(
+                f"cluster profile {str(path)!r}: the file name must be the profile name (letters, digits, _ . -), e.g. mysite.yaml"
+            )
         elif name in found:
-            problems.append(f"cluster profile {name}: both {found[name].name} and {path.name} exist in {directory}; keep one")
+            problems.append(
+                f"cluster profile {name}: both {found[name].name} and {path.name} exist in {directory}; keep one"
+            )
         else:
             found[name] = path
     return found
@@ -154,7 +158,9 @@ def _load(sources: ProfileSources) -> ClusterProfile:
         # Each file alone first: a wrong key or type is then reported against the file it is in.
         given = data.get("name", sources.name)
         if given != sources.name:
-            problems.append(f"cluster profile {str(path)!r}: name: {given!r} differs from the file name; a profile is named by its file ({sources.name}{path.suffix})")
+            problems.append(
+                f"cluster profile {str(path)!r}: name: {given!r} differs from the file name; a profile is named by its file ({sources.name}{path.suffix})"
+            )
         try:
             build_config(ClusterProfile, data)
         except ConfigError as exc:
@@ -172,11 +178,15 @@ def _load(sources: ProfileSources) -> ClusterProfile:
     try:
         profile = build_config(ClusterProfile, merged)
     except ConfigError as exc:
-        raise ProfileError([f"cluster profile {sources.name} ({sources.describe()}): {p}" for p in exc.problems]) from None
+        raise ProfileError(
+            [f"cluster profile {sources.name} ({sources.describe()}): {p}" for p in exc.problems]
+        ) from None
     user_keys = set(layers[-1][1]) if sources.user else set()
     found = profile_problems(profile)
     if found:
-        raise ProfileError([f"cluster profile {str(_origin(key, sources, user_keys))!r}: {text}" for key, text in found])
+        raise ProfileError(
+            [f"cluster profile {str(_origin(key, sources, user_keys))!r}: {text}" for key, text in found]
+        )
     return profile
 
 

@@ -41,7 +41,10 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
     _check_scheduler(p, bad)
     for i, path in enumerate(p.module_use):
         if not _MODULE_PATH.match(path):
-            bad(f"module_use[{i}]", f"{path!r} is not an absolute directory path; write one per item, e.g. /appl/local/training/modules/AI-20240529")
+            bad(
+                f"module_use[{i}]",
+                f"{path!r} is not an absolute directory path; write one per item, e.g. /appl/local/training/modules/AI-20240529",
+            )
     for i, module in enumerate(p.modules):
         if not _MODULE.match(module):
             bad(f"modules[{i}]", f"{module!r} is not a module name; write one name per item, e.g. cuda/12.1")
@@ -68,7 +71,7 @@ def env_name_problem(name: str) -> str | None:
 def env_value_problem(value: object) -> str | None:
     """Why `value` cannot be an environment value of a job script, or None."""
     if not isinstance(value, str):
-        return f"expected a string, got {value!r} (quote it, e.g. \"1\")"
+        return f'expected a string, got {value!r} (quote it, e.g. "1")'
     if "`" in value or "$(" in value:
         return f"{value!r} runs a command; only $NAME and ${{NAME}} references are expanded"
     if "$" in _REFERENCE.sub("", value):
@@ -86,14 +89,20 @@ def _check_hardware(p: ClusterProfile, bad: Report) -> None:
     if p.gpu_vendor == "none" and p.gpus_per_node > 0:
         bad("gpu_vendor", f"is none but gpus_per_node is {p.gpus_per_node}; set nvidia or amd, or gpus_per_node: 0")
     if p.gpu_vendor != "none" and p.gpus_per_node == 0:
-        bad("gpus_per_node", f"is 0 but gpu_vendor is {p.gpu_vendor}; give the GPUs per node (for MI250X: GCDs, 8 per node)")
+        bad(
+            "gpus_per_node",
+            f"is 0 but gpu_vendor is {p.gpu_vendor}; give the GPUs per node (for MI250X: GCDs, 8 per node)",
+        )
     if p.gpus_per_node > 0:
         if p.gpu_memory_gb <= 0:
             bad("gpu_memory_gb", f"must be positive on a GPU node, got {p.gpu_memory_gb} (memory of one GPU, e.g. 40)")
         if p.peak_bf16_tflops_per_gpu <= 0:
-            bad("peak_bf16_tflops_per_gpu", f"must be positive on a GPU node, got {p.peak_bf16_tflops_per_gpu} (e.g. 312 for A100)")
+            bad(
+                "peak_bf16_tflops_per_gpu",
+                f"must be positive on a GPU node, got {p.peak_bf16_tflops_per_gpu} (e.g. 312 for A100)",
+            )
         if not p.gpu_model:
-            bad("gpu_model", "is empty on a GPU node; name the GPU, e.g. \"A100 40GB\"")
+            bad("gpu_model", 'is empty on a GPU node; name the GPU, e.g. "A100 40GB"')
     for key in ("gpu_memory_gb", "peak_bf16_tflops_per_gpu"):
         if getattr(p, key) < 0:
             bad(key, f"must not be negative, got {getattr(p, key)}")
@@ -121,21 +130,36 @@ def _check_scheduler(p: ClusterProfile, bad: Report) -> None:
 def _check_container(p: ClusterProfile, bad: Report) -> None:
     c = p.container
     if c.runtime == "none" and c.image:
-        bad("container.image", f"is set ({c.image}) but container.runtime is none; set runtime to apptainer or singularity")
+        bad(
+            "container.image",
+            f"is set ({c.image}) but container.runtime is none; set runtime to apptainer or singularity",
+        )
     if c.base_image and not (c.base_image.startswith(tuple(BOOTSTRAP_AGENTS)) or c.base_image.endswith(".sif")):
-        bad("container.base_image", f"{c.base_image!r} is not an image reference; write docker://REPO:TAG (or oras://, library://, or a .sif path)")
+        bad(
+            "container.base_image",
+            f"{c.base_image!r} is not an image reference; write docker://REPO:TAG (or oras://, library://, or a .sif path)",
+        )
     if c.image and ("`" in c.image or "$(" in c.image):
         bad("container.image", f"{c.image!r} runs a command; write a path (with $NAME references at most)")
     for i, bind in enumerate(c.binds):
         parts = bind.split(":")
         if not bind.startswith("/") or len(parts) > 3 or (len(parts) == 3 and parts[2] not in _BIND_OPTIONS):
-            bad(f"container.binds[{i}]", f"{bind!r} is not host[:container[:ro|rw]] with an absolute host path, e.g. /scratch or /data:/data:ro")
+            bad(
+                f"container.binds[{i}]",
+                f"{bind!r} is not host[:container[:ro|rw]] with an absolute host path, e.g. /scratch or /data:/data:ro",
+            )
         elif len(parts) >= 2 and not parts[1].startswith("/"):
             bad(f"container.binds[{i}]", f"{bind!r}: the container path must be absolute, e.g. /scratch:/scratch")
     if c.cotainr_system is not None and not _COTAINR_SYSTEM.match(c.cotainr_system):
-        bad("container.cotainr_system", f"{c.cotainr_system!r} is not a cotainr system name (see `cotainr info`), e.g. lumi-g")
+        bad(
+            "container.cotainr_system",
+            f"{c.cotainr_system!r} is not a cotainr system name (see `cotainr info`), e.g. lumi-g",
+        )
     if c.torch_index_url and not c.torch_index_url.startswith(("https://", "http://")):
-        bad("container.torch_index_url", f"{c.torch_index_url!r} is not a URL; e.g. https://download.pytorch.org/whl/rocm6.4")
+        bad(
+            "container.torch_index_url",
+            f"{c.torch_index_url!r} is not a URL; e.g. https://download.pytorch.org/whl/rocm6.4",
+        )
 
 
 def _check_run_config(p: ClusterProfile, bad: Report) -> None:
@@ -153,4 +177,7 @@ def _check_run_config(p: ClusterProfile, bad: Report) -> None:
     launch = p.run_config.get("launch")
     if isinstance(launch, dict) and "cluster" in launch:
         # The profile is chosen by launch.cluster before its run_config is read: it cannot choose another.
-        bad("run_config.launch.cluster", "a profile cannot name the cluster; remove it (launch.cluster or --cluster chooses the profile)")
+        bad(
+            "run_config.launch.cluster",
+            "a profile cannot name the cluster; remove it (launch.cluster or --cluster chooses the profile)",
+        )

@@ -84,7 +84,9 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
     if isinstance(value, OverrideValue):
         value = _pick_override(hint, value)
         if isinstance(value, Unparsable):
-            problems.append(f"{where}: {value.problem}" + (f"; quote it, e.g. {where}='[a, b]'" if value.syntax else ""))
+            problems.append(
+                f"{where}: {value.problem}" + (f"; quote it, e.g. {where}='[a, b]'" if value.syntax else "")
+            )
             return _MISSING
     if origin is Literal and isinstance(value, bool) and ("yes" if value else "no") in args:
         value = "yes" if value else "no"  # YAML 1.1 reads an unquoted no/yes as a boolean
@@ -102,7 +104,8 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
         non_none = [a for a in args if a is not type(None)]
         if value is None or value == "":
             return None
-        return _convert(non_none[0] if len(non_none) == 1 else Union[tuple(non_none)], value, where, problems, root)
+        # Union[...] is the one spelling of a union whose members are known only at run time.
+        return _convert(non_none[0] if len(non_none) == 1 else Union[tuple(non_none)], value, where, problems, root)  # noqa: UP007
     if origin is Literal:
         if value in args:
             return value
@@ -121,7 +124,9 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
         problems.append(f"{where}: {_show(value)} is not a finite number; write a number such as 0.001")
         return _MISSING
     elif hint is int and not -INT_LIMIT <= scalar < INT_LIMIT:
-        problems.append(f"{where}: {_show(value)} is out of range (integers are within +-2**63); write a smaller number")
+        problems.append(
+            f"{where}: {_show(value)} is out of range (integers are within +-2**63); write a smaller number"
+        )
         return _MISSING
     elif hint is str and not _utf8(scalar):
         # Bytes the shell could not decode arrive as lone surrogates, which no file or tokenizer takes.
@@ -190,11 +195,13 @@ def _convert_dict(value: Any, where: str, problems: list[str]) -> Any:
             problems.append(f"{where}: {exc}")
             return _MISSING
     if not isinstance(value, dict):
-        problems.append(f"{where}: expected a mapping or \"key=value,key=value\", got {_show(value)}")
+        problems.append(f'{where}: expected a mapping or "key=value,key=value", got {_show(value)}')
         return _MISSING
     names = [k for k in value if not isinstance(k, str)]
     if names:
-        problems.append(f"{where}: {_show(names[0])} is not a name; keys are names such as num_hidden_layers (quote a key YAML reads as a number)")
+        problems.append(
+            f"{where}: {_show(names[0])} is not a name; keys are names such as num_hidden_layers (quote a key YAML reads as a number)"
+        )
         return _MISSING
     return _plain(value)
 
@@ -229,7 +236,9 @@ def _convert_scalar(hint: Any, value: Any) -> Any:
         if isinstance(value, bool):
             return _MISSING
         if isinstance(value, (int, float)):
-            return float(value) if not isinstance(value, int) or value.bit_length() < 1024 else math.inf  # refused as not finite
+            return (
+                float(value) if not isinstance(value, int) or value.bit_length() < 1024 else math.inf
+            )  # refused as not finite
         if isinstance(value, str):
             # PyYAML reads "2e-3" as a string (YAML 1.1 wants "2.0e-3"): accept what people write.
             try:
@@ -257,7 +266,7 @@ def parse_key_values(text: str) -> dict[str, Any]:
             continue
         key, sep, raw = part.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{part!r} is not key=value (write e.g. \"num_hidden_layers=2,hidden_size=64\")")
+            raise ValueError(f'{part!r} is not key=value (write e.g. "num_hidden_layers=2,hidden_size=64")')
         value = parse_value(raw)
         if isinstance(value, Unparsable):
             raise ValueError(f"{key.strip()}={raw}: {value.problem}")

@@ -59,7 +59,10 @@ def seed_problems(key: str, value: int | None) -> list[str]:
 def range_problems(cfg: RunConfig) -> list[str]:
     """One line per value out of its range, naming the key, the value and the range."""
     p: list[str] = []
-    for key, value in (("training.seed", cfg.training.seed), ("training.data_seed", cfg.training.data_seed)):  # generate.seed: validate_generate
+    for key, value in (
+        ("training.seed", cfg.training.seed),
+        ("training.data_seed", cfg.training.data_seed),
+    ):  # generate.seed: validate_generate
         p += seed_problems(key, value)
     for key, (most, why) in _LIMITS.items():
         section, name = key.rsplit(".", 1)
@@ -68,9 +71,13 @@ def range_problems(cfg: RunConfig) -> list[str]:
             p.append(f"{key}: {value} is above {most} ({why})")
     name_bytes = len(cfg.output.name.encode("utf-8", "surrogatepass"))
     if name_bytes > NAME_MAX_BYTES:
-        p.append(f"output.name: {name_bytes} bytes long; a run directory's name allows at most {NAME_MAX_BYTES} (with its timestamp, 255)")
+        p.append(
+            f"output.name: {name_bytes} bytes long; a run directory's name allows at most {NAME_MAX_BYTES} (with its timestamp, 255)"
+        )
     if cfg.training.optim not in OPTIMIZERS:
-        p.append(f"training.optim: {cfg.training.optim!r} is not an optimizer transformers knows{_close(cfg.training.optim)}; e.g. adamw_torch, adamw_torch_fused, sgd")
+        p.append(
+            f"training.optim: {cfg.training.optim!r} is not an optimizer transformers knows{_close(cfg.training.optim)}; e.g. adamw_torch, adamw_torch_fused, sgd"
+        )
     return p
 
 

@@ -143,7 +143,16 @@ class TrainingConfig:
     learning_rate: float = 2e-3
     """Peak learning rate."""
     lr_scheduler_type: Literal[
-        "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "warmup_stable_decay"
+        "linear",
+        "cosine",
+        "cosine_with_restarts",
+        "polynomial",
+        "constant",
+        "constant_with_warmup",
+        "inverse_sqrt",
+        "reduce_lr_on_plateau",
+        "cosine_with_min_lr",
+        "warmup_stable_decay",
     ] = "cosine"
     """Learning-rate schedule after warmup."""
     warmup_steps: float = 10.0

@@ -16,7 +16,7 @@ from ..file_formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
 from .ranges import range_problems, seed_problems
-from .schema import DataConfig, FsdpConfig, GenerateConfig, ModelConfig, RunConfig
+from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 
 __all__ = ["validate", "validate_generate", "config_problems"]
 
@@ -58,7 +58,12 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     _positive(p, "training.per_device_train_batch_size", t.per_device_train_batch_size)
     _positive(p, "training.per_device_eval_batch_size", t.per_device_eval_batch_size)
     _positive(p, "training.gradient_accumulation_steps", t.gradient_accumulation_steps)
-    _positive(p, "training.global_batch_size", t.global_batch_size, " (sequences per optimizer step over all processes, e.g. 16)")
+    _positive(
+        p,
+        "training.global_batch_size",
+        t.global_batch_size,
+        " (sequences per optimizer step over all processes, e.g. 16)",
+    )
     _positive(p, "training.learning_rate", t.learning_rate)
     _positive(p, "training.logging_steps", t.logging_steps)
     _positive(p, "training.save_steps", t.save_steps)
@@ -67,11 +72,15 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     _positive(p, "training.num_train_epochs", t.num_train_epochs)
     _positive(p, "training.ddp_timeout", t.ddp_timeout)
     _positive(p, "launch.nproc", cfg.launch.nproc, " (processes on this machine)")
-    _positive(p, "output.progress_seconds", cfg.output.progress_seconds, " (seconds between progress lines in a log, e.g. 30)")
+    _positive(
+        p, "output.progress_seconds", cfg.output.progress_seconds, " (seconds between progress lines in a log, e.g. 30)"
+    )
     _positive(p, "model.lora.r", cfg.model.lora.r)
     _positive(p, "model.lora.alpha", cfg.model.lora.alpha)
     if t.max_steps == 0 or t.max_steps < -1:
-        p.append(f"training.max_steps: must be a positive number of steps or -1 (use num_train_epochs), got {t.max_steps}")
+        p.append(
+            f"training.max_steps: must be a positive number of steps or -1 (use num_train_epochs), got {t.max_steps}"
+        )
     for name in ("warmup_steps", "weight_decay", "max_grad_norm", "adam_epsilon", "dataloader_num_workers"):
         if getattr(t, name) < 0:
             p.append(f"training.{name}: must not be negative, got {getattr(t, name)}")
@@ -82,7 +91,9 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
         p.append(f"model.lora.dropout: must be in [0, 1), got {cfg.model.lora.dropout}")
     _check_generate(g, p)
     if cfg.model.tokenizer_vocab_size < 300:
-        p.append(f"model.tokenizer_vocab_size: a byte-level tokenizer needs at least 300 entries, got {cfg.model.tokenizer_vocab_size}")
+        p.append(
+            f"model.tokenizer_vocab_size: a byte-level tokenizer needs at least 300 entries, got {cfg.model.tokenizer_vocab_size}"
+        )
     name = cfg.output.name
     # A backslash would also switch off Slurm's %j in the job's log file names.
     if not name or name in (".", "..") or any(c in name for c in "/\\\0\n\r"):
@@ -119,11 +130,22 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
             "model.tokenizer: 'train' makes a new vocabulary, which pretrained weights cannot use; "
             "set model.from_config=true or name the model's tokenizer"
         )
-    if m.tokenizer not in (None, "train") and _looks_local(m.tokenizer) and not os.path.isdir(os.path.expanduser(m.tokenizer)):
+    if (
+        m.tokenizer not in (None, "train")
+        and _looks_local(m.tokenizer)
+        and not os.path.isdir(os.path.expanduser(m.tokenizer))
+    ):
         p.append(f"model.tokenizer: directory {m.tokenizer!r} does not exist")
     from_bundle = m.bundle is not None and m.from_config  # the bundle's config stands in for name_or_path's
-    if not from_bundle and m.name_or_path is not None and _looks_local(m.name_or_path) and not os.path.isdir(os.path.expanduser(m.name_or_path)):
-        p.append(f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name")
+    if (
+        not from_bundle
+        and m.name_or_path is not None
+        and _looks_local(m.name_or_path)
+        and not os.path.isdir(os.path.expanduser(m.name_or_path))
+    ):
+        p.append(
+            f"model.name_or_path: directory {m.name_or_path!r} does not exist; give a model directory or a hub id like org/name"
+        )
     if m.bundle is not None and m.tokenizer is not None:
         p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
     if m.lora.enabled and not m.lora.target_modules:
@@ -160,11 +182,15 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
                 p.append(f"data.{key}: file {pattern!r} does not exist")
                 continue
             elif os.path.isdir(expanded):
-                p.append(f"data.{key}: {pattern!r} is a directory; give files or a glob like {pattern.rstrip('/')}/*.jsonl")
+                p.append(
+                    f"data.{key}: {pattern!r} is a directory; give files or a glob like {pattern.rstrip('/')}/*.jsonl"
+                )
                 continue
             elif not os.path.isfile(expanded):
                 # A FIFO or device would be dropped when the paths are expanded, and the embedded corpus trained instead.
-                p.append(f"data.{key}: {pattern!r} is not a regular file (a FIFO, socket or device); copy the data into a file")
+                p.append(
+                    f"data.{key}: {pattern!r} is not a regular file (a FIFO, socket or device); copy the data into a file"
+                )
                 continue
             else:
                 files = [expanded]
@@ -195,25 +221,33 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
     if d.store is not None:
         _check_store(d, p)
     if d.document_mask and not d.packing:
-        p.append("data.document_mask: needs data.packing=true (padding already keeps documents apart); remove it or set data.packing=true")
+        p.append(
+            "data.document_mask: needs data.packing=true (padding already keeps documents apart); remove it or set data.packing=true"
+        )
     if d.streaming and d.store is None and cfg.training.max_steps < 0:
         p.append("data.streaming: a stream has no length; set training.max_steps to a positive number of steps")
     if d.streaming and d.store is None and not d.packing and d.max_length is None:
-        p.append("data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512")
+        p.append(
+            "data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512"
+        )
 
 
 def _check_store(d: DataConfig, p: list[str]) -> None:
     """Cheap checks of data.store; its files and the match with the tokenizer are checked when it is opened."""
     path = os.path.expanduser(d.store or "")
     if not os.path.isfile(os.path.join(path, "manifest.json")):
-        p.append(f"data.store: {d.store!r} is not a token store (no manifest.json); make one with supertune prepare CONFIG --out DIR")
+        p.append(
+            f"data.store: {d.store!r} is not a token store (no manifest.json); make one with supertune prepare CONFIG --out DIR"
+        )
     if d.dataset_name:
         p.append("data.store: set together with data.dataset_name; the store already holds the data, remove one")
 
 
 def _check_template(template: str, p: list[str]) -> None:
     try:
-        parts = [(f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(template) if f is not None]
+        parts = [
+            (f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(template) if f is not None
+        ]
     except ValueError as exc:
         p.append(f"data.template: {exc}; write placeholders as {{text}} and literal braces as {{{{ }}}}")
         return
@@ -225,7 +259,9 @@ def _check_template(template: str, p: list[str]) -> None:
     elif any(spec or conversion for _, spec, conversion in parts):
         # A format spec ({text:>{width}}) or conversion ({text!r}) would fail, or quote every document, at run time.
         shown = next("{" + f + (f"!{c}" if c else "") + (f":{s}" if s else "") + "}" for f, s, c in parts if s or c)
-        p.append(f"data.template: {shown} has a format spec or conversion; placeholders are plain {{column}}, literal braces {{{{ }}}}")
+        p.append(
+            f"data.template: {shown} has a format spec or conversion; placeholders are plain {{column}}, literal braces {{{{ }}}}"
+        )
 
 
 def _check_training(cfg: RunConfig, p: list[str]) -> None:
@@ -235,12 +271,18 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
     if t.init_optimizer_from is not None:
         start = os.path.expanduser(t.init_optimizer_from)
         if not os.path.isfile(os.path.join(start, "optimizer.pt")):
-            p.append(f"training.init_optimizer_from: {t.init_optimizer_from!r} is not a checkpoint with an optimizer.pt; give a checkpoint-N directory of a ddp run")
+            p.append(
+                f"training.init_optimizer_from: {t.init_optimizer_from!r} is not a checkpoint with an optimizer.pt; give a checkpoint-N directory of a ddp run"
+            )
         if cfg.distributed.strategy != "ddp":
-            p.append(f"training.init_optimizer_from: needs distributed.strategy=ddp ({cfg.distributed.strategy} keeps its optimizer state in its own format)")
+            p.append(
+                f"training.init_optimizer_from: needs distributed.strategy=ddp ({cfg.distributed.strategy} keeps its optimizer state in its own format)"
+            )
     for sink in t.report_to:
         if sink not in ("tensorboard", "none"):
-            p.append(f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)")
+            p.append(
+                f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)"
+            )
 
 
 def _check_launch(cfg: RunConfig, p: list[str]) -> None:
@@ -254,13 +296,17 @@ def _check_launch(cfg: RunConfig, p: list[str]) -> None:
     if la.max_restarts < 0:
         p.append(f"launch.max_restarts: must not be negative, got {la.max_restarts}")
     if dist.offload != "none" and not dist.strategy.startswith("zero"):
-        p.append(f"distributed.offload: {dist.offload} offload is a DeepSpeed ZeRO feature; set distributed.strategy to zero2 or zero3")
+        p.append(
+            f"distributed.offload: {dist.offload} offload is a DeepSpeed ZeRO feature; set distributed.strategy to zero2 or zero3"
+        )
     if dist.offload == "nvme" and not dist.nvme_path:
         p.append("distributed.nvme_path: offload nvme needs a fast local directory, e.g. distributed.nvme_path=/tmp")
     if dist.offload == "nvme" and dist.strategy != "zero3":
         p.append("distributed.offload: nvme offload needs distributed.strategy zero3")
     if dist.strategy != "fsdp" and dist.fsdp != FsdpConfig():
-        p.append(f"distributed.fsdp: set while distributed.strategy is {dist.strategy}; set distributed.strategy=fsdp or remove it")
+        p.append(
+            f"distributed.fsdp: set while distributed.strategy is {dist.strategy}; set distributed.strategy=fsdp or remove it"
+        )
     _check_deepspeed(cfg, p)
 
 
@@ -278,7 +324,9 @@ def _check_deepspeed(cfg: RunConfig, p: list[str]) -> None:
     if path is None:
         return
     if not path.endswith((".json", ".yaml", ".yml")):
-        p.append(f"distributed.deepspeed_config: {path!r} is neither .json nor .yaml/.yml; give a DeepSpeed JSON (or YAML) file")
+        p.append(
+            f"distributed.deepspeed_config: {path!r} is neither .json nor .yaml/.yml; give a DeepSpeed JSON (or YAML) file"
+        )
     elif not os.path.isfile(os.path.expanduser(path)):
         p.append(f"distributed.deepspeed_config: file {path!r} does not exist")
 
@@ -316,4 +364,6 @@ def _check_slurm(cfg: RunConfig, p: list[str]) -> None:
     if problem:
         p.append(f"slurm.preflight_max_size: {problem}")
     elif parse_byte_size(slurm.preflight_max_size) < 2**20:
-        p.append(f"slurm.preflight_max_size: {slurm.preflight_max_size!r} is below the smallest message (1M); e.g. 1M or 256M")
+        p.append(
+            f"slurm.preflight_max_size: {slurm.preflight_max_size!r} is below the smallest message (1M); e.g. 1M or 256M"
+        )

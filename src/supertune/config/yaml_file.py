@@ -29,7 +29,15 @@ from typing import Any
 from ..errors import first_line
 from .errors import ConfigError
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "MAX_FILE_BYTES", "YamlRefused", "load_yaml_text", "read_config_file", "read_yaml_mapping"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "MAX_FILE_BYTES",
+    "YamlRefused",
+    "load_yaml_text",
+    "read_config_file",
+    "read_yaml_mapping",
+]
 
 MAX_DEPTH = 40
 """Nesting levels a YAML document may have (a run config has 3 or 4)."""
@@ -73,7 +81,9 @@ def read_yaml_mapping(path: Path, what: str, shape: str) -> dict[str, Any]:
     if not stat.S_ISREG(info.st_mode):
         raise ConfigError([f"{name} is not a regular file ({_file_kind(info.st_mode)}); give a YAML file"])
     if info.st_size > MAX_FILE_BYTES:
-        raise ConfigError([f"{name} is {info.st_size} bytes; a config file is at most {MAX_FILE_BYTES >> 20} MiB of YAML"])
+        raise ConfigError(
+            [f"{name} is {info.st_size} bytes; a config file is at most {MAX_FILE_BYTES >> 20} MiB of YAML"]
+        )
     try:
         data = load_yaml_text(path.read_text(encoding="utf-8"))
     except YamlRefused as exc:
@@ -108,7 +118,9 @@ def load_yaml_text(text: str) -> Any:
         try:
             return loader.construct_document(node)
         except (ValueError, TypeError, AttributeError) as exc:  # a constructor's own error, past _check_nodes
-            raise YamlRefused(f"line {node.start_mark.line + 1}: a value cannot be read as its YAML type ({exc})") from None
+            raise YamlRefused(
+                f"line {node.start_mark.line + 1}: a value cannot be read as its YAML type ({exc})"
+            ) from None
     finally:
         loader.dispose()
 
@@ -127,7 +139,9 @@ def _strict_loader_class() -> Any:
                 try:
                     if self.depth > MAX_DEPTH:
                         line = self.peek_event().start_mark.line + 1
-                        raise YamlRefused(f"line {line}: nested deeper than {MAX_DEPTH} levels; a config is a few levels deep")
+                        raise YamlRefused(
+                            f"line {line}: nested deeper than {MAX_DEPTH} levels; a config is a few levels deep"
+                        )
                     return super().compose_node(parent, index)
                 finally:
                     self.depth -= 1
@@ -159,14 +173,20 @@ def _check_nodes(root: Any, loader: Any) -> None:
             depth[key] = 1 + max((depth[id(c)] for _, c in children), default=0)
             on_path.discard(key)
             if aliased and size[key] > MAX_VALUES:
-                raise YamlRefused(f"{_at(where, node)}: its aliases expand to more than {MAX_VALUES} values; write the values out")
+                raise YamlRefused(
+                    f"{_at(where, node)}: its aliases expand to more than {MAX_VALUES} values; write the values out"
+                )
             if depth[key] > MAX_DEPTH:
-                raise YamlRefused(f"{_at(where, node)}: its aliases nest deeper than {MAX_DEPTH} levels; write the values out")
+                raise YamlRefused(
+                    f"{_at(where, node)}: its aliases nest deeper than {MAX_DEPTH} levels; write the values out"
+                )
             continue
         if key in size:
             continue  # a node reached again through an alias: checked once
         if key in on_path:
-            raise YamlRefused(f"{_at(where, node)}: an alias refers to the value that contains it; YAML values cannot hold themselves")
+            raise YamlRefused(
+                f"{_at(where, node)}: an alias refers to the value that contains it; YAML values cannot hold themselves"
+            )
         on_path.add(key)
         stack.append((node, where, True))
         if isinstance(node, ScalarNode):
@@ -175,7 +195,9 @@ def _check_nodes(root: Any, loader: Any) -> None:
             _check_keys(node, where)
         for name, child in reversed(_children(node)):
             if isinstance(child, (ScalarNode, SequenceNode, MappingNode)):
-                stack.append((child, f"{where}{name}" if name.startswith("[") or not where else f"{where}.{name}", False))
+                stack.append(
+                    (child, f"{where}{name}" if name.startswith("[") or not where else f"{where}.{name}", False)
+                )
 
 
 def _children(node: Any) -> list[tuple[str, Any]]:
@@ -184,7 +206,9 @@ def _children(node: Any) -> list[tuple[str, Any]]:
     if isinstance(node, SequenceNode):
         return [(f"[{i}]", child) for i, child in enumerate(node.value)]
     if isinstance(node, MappingNode):
-        return [(_key_text(k), v) for k, v in node.value] + [(_key_text(k) + " (key)", k) for k, _ in node.value if not _is_scalar(k)]
+        return [(_key_text(k), v) for k, v in node.value] + [
+            (_key_text(k) + " (key)", k) for k, _ in node.value if not _is_scalar(k)
+        ]
     return []
 
 
@@ -227,14 +251,18 @@ def _check_scalar(node: Any, where: str, loader: Any) -> None:
             f"quote it ({quoted}) or write the number you mean"
         )
     if node.tag == _INT_TAG and sum(c.isdigit() for c in text) > MAX_INT_DIGITS:
-        raise YamlRefused(f"{_at(where, node)}: an integer of {sum(c.isdigit() for c in text)} digits is out of any range supertune accepts")
+        raise YamlRefused(
+            f"{_at(where, node)}: an integer of {sum(c.isdigit() for c in text)} digits is out of any range supertune accepts"
+        )
     try:
         # A scalar YAML reads as a date that does not exist (2001-02-30), or tagged !!float abc, fails
         # in its constructor with a plain ValueError; constructed here it is named with its line.
         loader.construct_object(node, deep=True)
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         kind = node.tag.rsplit(":", 1)[-1]
-        raise YamlRefused(f"{_at(where, node)}: {text[:60]!r} cannot be read as a YAML {kind} ({exc}); quote it to keep it as text") from None
+        raise YamlRefused(
+            f"{_at(where, node)}: {text[:60]!r} cannot be read as a YAML {kind} ({exc}); quote it to keep it as text"
+        ) from None
 
 
 def _base60(text: str) -> int | float:
@@ -265,5 +293,10 @@ def _check_keys(node: Any, where: str) -> None:
 
 
 def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a plain file")

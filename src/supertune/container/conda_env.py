@@ -38,7 +38,11 @@ def cotainr_command(profile: ClusterProfile, environment: str) -> str:
     """The cotainr build of the environment file (a shell-quoted path) for `profile`: with the site's
     --system where its cotainr knows one (LUMI's lumi-g: the site's ROCm base image), else on a
     plain Ubuntu base (the environment brings torch with its GPU libraries)."""
-    base = f"--system={profile.container.cotainr_system}" if profile.container.cotainr_system else f"--base-image={CONDA_BASE_IMAGE}"
+    base = (
+        f"--system={profile.container.cotainr_system}"
+        if profile.container.cotainr_system
+        else f"--base-image={CONDA_BASE_IMAGE}"
+    )
     return f"cotainr build supertune-{profile.name}-conda.sif {base} --conda-env={environment}"
 
 
@@ -66,7 +70,10 @@ def render_environment(profile: ClusterProfile, pins: list[Pin], source: Supertu
         "# All versions are the ones supertune is tested with, torch included: its pip wheel brings its",
     ]
     if index:
-        header += [f"# own GPU libraries, here from the wheel index {index}", "# (check that its ROCm/CUDA release runs on the site's driver)."]
+        header += [
+            f"# own GPU libraries, here from the wheel index {index}",
+            "# (check that its ROCm/CUDA release runs on the site's driver).",
+        ]
     else:
         header += ["# own CUDA libraries (PyPI's Linux wheels of torch are CUDA builds)."]
     if source.checkout:

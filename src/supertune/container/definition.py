@@ -30,7 +30,7 @@ def bootstrap(base_image: str) -> tuple[str, str]:
     """(Bootstrap agent, From value) of a base image reference."""
     for scheme, agent in BOOTSTRAP_AGENTS.items():
         if base_image.startswith(scheme):
-            return agent, base_image[len(scheme):]
+            return agent, base_image[len(scheme) :]
     return "localimage", base_image  # a .sif path (the profile check allows nothing else)
 
 
@@ -88,13 +88,16 @@ def render_definition(profile: ClusterProfile, pins: list[Pin], source: Supertun
         "    # would reject the pre-release versions some images carry (NGC's are x.y.0a0).",
         f"    python3 -m pip install --no-cache-dir --no-deps {target}",
         f"    rm -rf {_SOURCE_DIR} /tmp/keep-torch.txt" if source.checkout else "    rm -f /tmp/keep-torch.txt",
-        "    python3 -c 'import supertune, torch, transformers; print(\"supertune\", supertune.__version__, \"torch\", torch.__version__, \"transformers\", transformers.__version__)'",
+        '    python3 -c \'import supertune, torch, transformers; print("supertune", supertune.__version__, "torch", torch.__version__, "transformers", transformers.__version__)\'',
         "",
         "%environment",
         "    # Cache and offline settings of the cluster profile; a value set before the container",
         "    # starts (by the job script or the user) wins.",
     ]
-    out += [f'    if [ -z "${{{name}:-}}" ]; then export {name}="{_double_quoted(value)}"; fi' for name, value in container_env(profile).items()]
+    out += [
+        f'    if [ -z "${{{name}:-}}" ]; then export {name}="{_double_quoted(value)}"; fi'
+        for name, value in container_env(profile).items()
+    ]
     out += [
         "    # $HOME is bound into the container: packages in ~/.local would shadow the pinned ones.",
         '    if [ -z "${PYTHONNOUSERSITE:-}" ]; then export PYTHONNOUSERSITE=1; fi',

@@ -50,7 +50,9 @@ def resolve_source(spec: str | None) -> SupertuneSource:
             raise UserError(f"--supertune: {spec} is not a supertune source checkout (no {', '.join(missing)})")
         return _from_checkout(path.resolve())
     if not _REQUIREMENT.match(spec):
-        raise UserError(f"--supertune: {spec!r} is neither a directory nor a pip requirement (e.g. supertune=={__version__} or a git+https URL)")
+        raise UserError(
+            f"--supertune: {spec!r} is neither a directory nor a pip requirement (e.g. supertune=={__version__} or a git+https URL)"
+        )
     return SupertuneSource(requirement=spec)
 
 

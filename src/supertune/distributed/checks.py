@@ -79,7 +79,9 @@ def _zero_problems(cfg: RunConfig, local: bool) -> list[str]:
             # A job's environment (its container, modules) may differ from this login node's; each
             # process of the job validates the config again there, with DeepSpeed at hand.
             return problems
-        return problems + [f"distributed.strategy: {strategy} needs DeepSpeed, which is not installed; pip install deepspeed"]
+        return problems + [
+            f"distributed.strategy: {strategy} needs DeepSpeed, which is not installed; pip install deepspeed"
+        ]
     if config is None:
         return problems
     try:
@@ -99,7 +101,9 @@ def _accelerator_problems(cfg: RunConfig) -> list[str]:
         problems: list[str] = []
         name = accelerator.device_name()
         if cfg.training.fp16 and not accelerator.is_fp16_supported():
-            problems.append(f"training.fp16: DeepSpeed's {name} accelerator does not support fp16 here; use training.bf16=true or fp32")
+            problems.append(
+                f"training.fp16: DeepSpeed's {name} accelerator does not support fp16 here; use training.bf16=true or fp32"
+            )
         if cfg.training.bf16 and not accelerator.is_bf16_supported():
             problems.append(f"training.bf16: DeepSpeed's {name} accelerator does not support bf16 here; use fp32")
         if cfg.distributed.offload == "nvme":

@@ -123,7 +123,9 @@ def resolved_for_check(config: dict[str, Any], cfg: RunConfig, hidden_size: int 
         # A scheduler section (your own DeepSpeed file) is filled by the Trainer the same way.
         "scheduler.params.warmup_min_lr": 0,
         "scheduler.params.warmup_max_lr": t.learning_rate,
-        "scheduler.params.warmup_num_steps": max(1, int(t.warmup_steps if t.warmup_steps >= 1 else t.warmup_steps * max(t.max_steps, 1))),
+        "scheduler.params.warmup_num_steps": max(
+            1, int(t.warmup_steps if t.warmup_steps >= 1 else t.warmup_steps * max(t.max_steps, 1))
+        ),
         "scheduler.params.total_num_steps": max(t.max_steps, 1),
     }
     return _fill(config, fills, "")

@@ -48,8 +48,14 @@ def start_deepspeed_process(env: LaunchEnvironment, timeout_s: int) -> None:
     # One process (one GPU with offload, or a try on CPU): DeepSpeed still wants a process group
     # and the launcher variables (it asserts LOCAL_RANK; without them it would look for MPI). Give
     # this process those of a one-process torchrun job, on a free local port.
-    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
-                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(_free_port()))):
+    for name, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", str(_free_port())),
+    ):
         os.environ.setdefault(name, value)
     if cuda:
         torch.cuda.set_device(0)

@@ -58,7 +58,11 @@ ZERO_KEYS = frozenset({
 """Names of DeepSpeed's ZeRO options (its DeepSpeedZeroConfig fields and their aliases; a test compares
 them): a single setting with one of these names goes into zero_optimization."""
 
-_GATHER_KEYS = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save")
+_GATHER_KEYS = (
+    "stage3_gather_16bit_weights_on_model_save",
+    "gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save",
+)
 
 
 def read_deepspeed_file(path: str) -> dict[str, Any]:
@@ -101,7 +105,9 @@ def settings_tree(settings: dict[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def user_deepspeed_config(cfg: RunConfig, generated: dict[str, Any], offload_target: Any, offload_optimizer: dict[str, Any]) -> dict[str, Any]:
+def user_deepspeed_config(
+    cfg: RunConfig, generated: dict[str, Any], offload_target: Any, offload_optimizer: dict[str, Any]
+) -> dict[str, Any]:
     """The DeepSpeed config of a zero run that has distributed.deepspeed_config or distributed.deepspeed:
     the file (else `generated`), the single settings over it, then what must agree with the run.
     `offload_target(cfg)` gives an offload section as supertune writes it, `offload_optimizer` the
@@ -113,7 +119,7 @@ def user_deepspeed_config(cfg: RunConfig, generated: dict[str, Any], offload_tar
     problems: list[str] = _misspelt_settings(dist.deepspeed)
 
     def agree(path: str, run_key: str, run_value: Any) -> None:
-        """"auto" when absent (the Trainer fills it from the same training section); else it must equal the run's value."""
+        """ "auto" when absent (the Trainer fills it from the same training section); else it must equal the run's value."""
         parent, leaf = _parent(config, path)
         value = parent.get(leaf, AUTO)
         if value == AUTO:
@@ -181,11 +187,20 @@ def _train_batch(config: dict[str, Any], cfg: RunConfig, settings: dict[str, Any
             "over the processes into the per-device batch and accumulation) and remove it"
         )
     elif not _equal(value, g):
-        problems.append(_conflict("train_batch_size", value, "training.global_batch_size", g, cfg.distributed.deepspeed_config, settings))
+        problems.append(
+            _conflict(
+                "train_batch_size", value, "training.global_batch_size", g, cfg.distributed.deepspeed_config, settings
+            )
+        )
 
 
 def _zero(
-    config: dict[str, Any], cfg: RunConfig, offload_target: Any, offload_optimizer: dict[str, Any], settings: dict[str, Any], problems: list[str]
+    config: dict[str, Any],
+    cfg: RunConfig,
+    offload_target: Any,
+    offload_optimizer: dict[str, Any],
+    settings: dict[str, Any],
+    problems: list[str],
 ) -> None:
     dist = cfg.distributed
     zero = config.get("zero_optimization")
@@ -195,7 +210,17 @@ def _zero(
     if "stage" not in zero:
         zero["stage"] = stage
     elif not _equal(zero["stage"], stage):
-        problems.append(_conflict("zero_optimization.stage", zero["stage"], "distributed.strategy", dist.strategy, dist.deepspeed_config, settings, f"zero{zero['stage']}"))
+        problems.append(
+            _conflict(
+                "zero_optimization.stage",
+                zero["stage"],
+                "distributed.strategy",
+                dist.strategy,
+                dist.deepspeed_config,
+                settings,
+                f"zero{zero['stage']}",
+            )
+        )
     sections = ["offload_optimizer"] + (["offload_param"] if stage == 3 else [])
     for section in sections:
         given = zero.get(section)
@@ -205,7 +230,17 @@ def _zero(
         if device == "none":
             zero[section] = offload_target(cfg)
         elif device != dist.offload:
-            problems.append(_conflict(f"zero_optimization.{section}.device", device, "distributed.offload", dist.offload, dist.deepspeed_config, settings, device))
+            problems.append(
+                _conflict(
+                    f"zero_optimization.{section}.device",
+                    device,
+                    "distributed.offload",
+                    dist.offload,
+                    dist.deepspeed_config,
+                    settings,
+                    device,
+                )
+            )
     if dist.offload != "none" and "optimizer" not in config:
         # ZeRO-Offload steps DeepSpeed's CPU AdamW (see deepspeed_json); the Trainer's hyper-parameters fill it.
         config["optimizer"] = copy.deepcopy(offload_optimizer)
@@ -235,7 +270,11 @@ def _equal(value: Any, run_value: Any) -> bool:
     if isinstance(run_value, bool) or isinstance(value, bool):
         return isinstance(value, bool) and isinstance(run_value, bool) and value == run_value
     if isinstance(run_value, list):
-        return isinstance(value, list) and len(value) == len(run_value) and all(_equal(a, b) for a, b in zip(value, run_value))
+        return (
+            isinstance(value, list)
+            and len(value) == len(run_value)
+            and all(_equal(a, b) for a, b in zip(value, run_value))
+        )
     if isinstance(run_value, (int, float)) and isinstance(value, (int, float)):
         return float(value) == float(run_value)
     return value == run_value
@@ -255,7 +294,9 @@ def _where(path: str, file: str | None, settings: dict[str, Any]) -> str:
     return f"distributed.deepspeed.{path}"
 
 
-def _conflict(path: str, value: Any, run_key: str, run_value: Any, file: str | None, settings: dict[str, Any], fix: Any = None) -> str:
+def _conflict(
+    path: str, value: Any, run_key: str, run_value: Any, file: str | None, settings: dict[str, Any], fix: Any = None
+) -> str:
     shown = run_value if not isinstance(run_value, bool) else str(run_value).lower()
     wanted = fix if fix is not None else (str(value).lower() if isinstance(value, bool) else value)
     return (

@@ -74,5 +74,7 @@ def fsdp_arguments(cfg: RunConfig, model: Any, env: LaunchEnvironment) -> dict[s
             )
         from accelerate.parallelism_config import ParallelismConfig
 
-        kwargs["parallelism_config"] = ParallelismConfig(dp_replicate_size=env.num_nodes, dp_shard_size=env.local_world_size)
+        kwargs["parallelism_config"] = ParallelismConfig(
+            dp_replicate_size=env.num_nodes, dp_shard_size=env.local_world_size
+        )
     return kwargs

@@ -31,7 +31,9 @@ class StrategyGuard(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         t = self.trainer
         d = self.cfg.distributed
-        self.report = check_wrapped(d.strategy, t.model_wrapped, t.model, t.accelerator.num_processes, self.world_size, d.offload)
+        self.report = check_wrapped(
+            d.strategy, t.model_wrapped, t.model, t.accelerator.num_processes, self.world_size, d.offload
+        )
 
 
 def check_wrapped(

@@ -24,6 +24,7 @@ __all__ = [
     "after_training_arguments",
 ]
 
+
 def uses_deepspeed(cfg: RunConfig) -> bool:
     return cfg.distributed.strategy in ZERO_STAGES
 

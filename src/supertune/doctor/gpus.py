@@ -23,7 +23,9 @@ _HIDE_ALL = {"", "-1", "nodevfiles"}
 _ROCM_BF16_PREFIXES = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 
 
-def check_gpu_visibility(torch: TorchFacts, hardware: GpuHardware, allocation: SlurmAllocation | None, env: Mapping[str, str]) -> CheckResult:
+def check_gpu_visibility(
+    torch: TorchFacts, hardware: GpuHardware, allocation: SlurmAllocation | None, env: Mapping[str, str]
+) -> CheckResult:
     """The GPUs allocated to this process (or present on the node) must be visible to torch.
 
     A CPU build of torch on a GPU node, a CUDA build on a ROCm node, an empty CUDA_VISIBLE_DEVICES
@@ -35,12 +37,19 @@ def check_gpu_visibility(torch: TorchFacts, hardware: GpuHardware, allocation: S
     if not base:
         if torch.device_count:
             return ok(name, f"torch sees {torch.device_count} GPU(s); no GPU allocation to compare with")
-        return not_applicable(name, "no GPU allocated to this job (no SLURM GPU variables) and none on this node (/dev/nvidia*, /sys/class/kfd)")
+        return not_applicable(
+            name,
+            "no GPU allocated to this job (no SLURM GPU variables) and none on this node (/dev/nvidia*, /sys/class/kfd)",
+        )
     expected = base
     if narrowed is not None:
         variable, count = narrowed
         if count == 0:
-            return fail(name, f"{source}, but {variable} hides them all: torch {torch.version} sees {torch.device_count} GPU(s)", f"unset {variable} (SLURM sets it for the job) or list the GPUs to use")
+            return fail(
+                name,
+                f"{source}, but {variable} hides them all: torch {torch.version} sees {torch.device_count} GPU(s)",
+                f"unset {variable} (SLURM sets it for the job) or list the GPUs to use",
+            )
         expected = min(base, count)
         source = f"{source}, narrowed to {count} by {variable}={env[variable]}"
     seen = torch.device_count
@@ -48,11 +57,19 @@ def check_gpu_visibility(torch: TorchFacts, hardware: GpuHardware, allocation: S
     evidence = f"{source}; torch {torch.version} ({torch.describe_build}) sees {seen}"
     if seen == 0:
         if torch.version is None:
-            return fail(name, f"{source}; torch cannot be imported: {torch.import_error}", torch_install_fix(vendor, None))
+            return fail(
+                name, f"{source}; torch cannot be imported: {torch.import_error}", torch_install_fix(vendor, None)
+            )
         if torch.build == "cpu":
-            return fail(name, f"{evidence}: a CPU build cannot use GPUs, the job would train on the CPU", torch_install_fix(vendor, torch.version))
+            return fail(
+                name,
+                f"{evidence}: a CPU build cannot use GPUs, the job would train on the CPU",
+                torch_install_fix(vendor, torch.version),
+            )
         if torch.build == "cuda" and vendor == "amd":
-            return fail(name, f"{evidence}: a CUDA build on an AMD (ROCm) node", torch_install_fix("amd", torch.version))
+            return fail(
+                name, f"{evidence}: a CUDA build on an AMD (ROCm) node", torch_install_fix("amd", torch.version)
+            )
         if torch.build == "rocm" and vendor == "nvidia":
             return fail(name, f"{evidence}: a ROCm build on an NVIDIA node", torch_install_fix("nvidia", torch.version))
         reason = torch.device_error or "no reason given"
@@ -63,7 +80,11 @@ def check_gpu_visibility(torch: TorchFacts, hardware: GpuHardware, allocation: S
             "and that no *_VISIBLE_DEVICES variable hides them; in a container, run it with --nv (NVIDIA) or --rocm (AMD)",
         )
     if seen < expected:
-        return warn(name, f"{evidence}, fewer than expected", "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES and the job's GPU request (--gpus-per-node, --gpus-per-task)")
+        return warn(
+            name,
+            f"{evidence}, fewer than expected",
+            "check CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES and the job's GPU request (--gpus-per-node, --gpus-per-task)",
+        )
     if seen > expected and allocation is not None and narrowed is None:
         return warn(
             name,
@@ -83,7 +104,9 @@ def check_gpus(torch: TorchFacts) -> CheckResult:
     lines, without, unsupported = [], [], []
     for gpu in torch.gpus:
         has, why = bf16_support(gpu, torch)
-        lines.append(f"{gpu.index}: {gpu.name}, {gpu.memory_bytes / 2**30:.1f} GiB, {why}, bf16 {'yes' if has else 'no'}")
+        lines.append(
+            f"{gpu.index}: {gpu.name}, {gpu.memory_bytes / 2**30:.1f} GiB, {why}, bf16 {'yes' if has else 'no'}"
+        )
         if not has:
             without.append(gpu)
         if has_kernels(gpu, torch) is False:
@@ -106,7 +129,11 @@ def check_gpus(torch: TorchFacts) -> CheckResult:
             "(CUDA 13 builds start at 7.5; such a build may be older than the tested torch, so untested)",
         )
     if without:
-        return warn(name, evidence, "train without bf16 on these GPUs: training.bf16=false with training.fp16=true (loss scaling) or fp32")
+        return warn(
+            name,
+            evidence,
+            "train without bf16 on these GPUs: training.bf16=false with training.fp16=true (loss scaling) or fp32",
+        )
     return ok(name, evidence)
 
 
@@ -151,9 +178,15 @@ def check_nccl(torch: TorchFacts, env: Mapping[str, str]) -> CheckResult:
         return not_applicable(name, "torch sees no GPU; collectives run on gloo (NCCL/RCCL serve GPUs)")
     library = "RCCL" if torch.hip else "NCCL"
     if not torch.nccl:
-        return fail(name, f"torch {torch.version} was built without {library}: GPUs cannot communicate", "install an official torch wheel for this GPU (they include NCCL/RCCL)")
+        return fail(
+            name,
+            f"torch {torch.version} was built without {library}: GPUs cannot communicate",
+            "install an official torch wheel for this GPU (they include NCCL/RCCL)",
+        )
     settings = sorted(f"{k}={v}" for k, v in env.items() if k.startswith(("NCCL_", "RCCL_")))
-    evidence = f"{library} {torch.nccl_version or '(version not reported)'}; " + (f"settings: {', '.join(settings)}" if settings else "no NCCL_* settings")
+    evidence = f"{library} {torch.nccl_version or '(version not reported)'}; " + (
+        f"settings: {', '.join(settings)}" if settings else "no NCCL_* settings"
+    )
     slow = [k for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE") if env.get(k, "0") not in ("0", "")]
     if slow:
         return warn(
@@ -167,9 +200,16 @@ def check_nccl(torch: TorchFacts, env: Mapping[str, str]) -> CheckResult:
 def _gpus_granted(allocation: SlurmAllocation | None, hardware: GpuHardware) -> tuple[int, str]:
     if allocation is not None and allocation.gpus_on_node:
         shown = ", ".join(f"{k}={v}" for k, v in allocation.gpu_variables) or f"{allocation.gpus_on_node} GPU(s)"
-        return allocation.gpus_on_node, f"job {allocation.job_id} has {allocation.gpus_on_node} GPU(s) on this node ({shown})"
+        return (
+            allocation.gpus_on_node,
+            f"job {allocation.job_id} has {allocation.gpus_on_node} GPU(s) on this node ({shown})",
+        )
     if hardware.count:
-        where = f"{hardware.nvidia_devices[0]}..{hardware.nvidia_devices[-1]}" if hardware.nvidia_devices else "/sys/class/kfd"
+        where = (
+            f"{hardware.nvidia_devices[0]}..{hardware.nvidia_devices[-1]}"
+            if hardware.nvidia_devices
+            else "/sys/class/kfd"
+        )
         vendor = {"nvidia": "NVIDIA", "amd": "AMD"}[hardware.vendor or "nvidia"]
         return hardware.count, f"this node has {hardware.count} {vendor} GPU(s) ({where})"
     return 0, ""

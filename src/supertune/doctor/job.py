@@ -46,7 +46,9 @@ def check_rendezvous(view: LaunchEnvironment, resolve: Callable[[str], list[str]
     """A distributed run needs a master address that resolves and a valid port."""
     name = "rendezvous"
     if not view.distributed:
-        return not_applicable(name, "one process: no rendezvous (torchrun, srun or --nproc set MASTER_ADDR for several)")
+        return not_applicable(
+            name, "one process: no rendezvous (torchrun, srun or --nproc set MASTER_ADDR for several)"
+        )
     where = f"rank {view.rank} of {view.world_size} ({view.launcher})"
     if not view.master_addr or view.master_port is None:
         return fail(
@@ -55,13 +57,17 @@ def check_rendezvous(view: LaunchEnvironment, resolve: Callable[[str], list[str]
             "start the processes with torchrun, srun (inside a job) or supertune's --nproc, or export MASTER_ADDR and MASTER_PORT",
         )
     if not 0 < view.master_port < 65536:
-        return fail(name, f"{where}: MASTER_PORT={view.master_port} is not a TCP port", "use a port between 1024 and 65535 that no other job on the node uses")
+        return fail(
+            name,
+            f"{where}: MASTER_PORT={view.master_port} is not a TCP port",
+            "use a port between 1024 and 65535 that no other job on the node uses",
+        )
     try:
         addresses = resolve(view.master_addr)
     except OSError as exc:
         return fail(
             name,
             f"{where}: MASTER_ADDR={view.master_addr} does not resolve ({exc})",
-            "use the first host of the allocation: MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)",
+            'use the first host of the allocation: MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         )
     return ok(name, f"{where}: master {view.master_addr}:{view.master_port} ({', '.join(addresses)})")

@@ -85,7 +85,9 @@ def nccl_socket_interfaces(value: str | None, interfaces: Sequence[NetInterface]
     return []
 
 
-def check_nccl_socket_ifname(env: Mapping[str, str], interfaces: Sequence[NetInterface], num_nodes: int, nccl_used: bool) -> CheckResult:
+def check_nccl_socket_ifname(
+    env: Mapping[str, str], interfaces: Sequence[NetInterface], num_nodes: int, nccl_used: bool
+) -> CheckResult:
     """NCCL_SOCKET_IFNAME must name interfaces this node has; one that matches nothing stops NCCL at
     initialisation (or hangs it), and loopback alone cannot reach other nodes."""
     name = "nccl-socket-ifname"
@@ -96,12 +98,22 @@ def check_nccl_socket_ifname(env: Mapping[str, str], interfaces: Sequence[NetInt
     picked = nccl_socket_interfaces(value, interfaces)
     shown = ", ".join(_describe(i) for i in picked)
     severity = fail if nccl_used else warn
-    unused_note = "" if nccl_used else " (NCCL is not used on this node, but GPU nodes with the same interfaces would fail)"
+    unused_note = (
+        "" if nccl_used else " (NCCL is not used on this node, but GPU nodes with the same interfaces would fail)"
+    )
     if value is not None and len(value.strip()) <= 1:
-        return warn(name, f"NCCL_SOCKET_IFNAME={value!r} is too short: NCCL ignores it and picks {shown or 'nothing'}", f"give interface names or prefixes, e.g. NCCL_SOCKET_IFNAME={_suggest(interfaces)}")
+        return warn(
+            name,
+            f"NCCL_SOCKET_IFNAME={value!r} is too short: NCCL ignores it and picks {shown or 'nothing'}",
+            f"give interface names or prefixes, e.g. NCCL_SOCKET_IFNAME={_suggest(interfaces)}",
+        )
     if not picked:
         if value is None:
-            return severity(name, f"this node has no interface with an address for NCCL; interfaces: {listing}{unused_note}", "check the node's network configuration")
+            return severity(
+                name,
+                f"this node has no interface with an address for NCCL; interfaces: {listing}{unused_note}",
+                "check the node's network configuration",
+            )
         spec = parse_ifname_list(value)
         without_address = [i.name for i in interfaces if not i.addresses and spec.matches(i.name)]
         why = f"; {', '.join(without_address)} match but have no IP address" if without_address else ""
@@ -113,7 +125,11 @@ def check_nccl_socket_ifname(env: Mapping[str, str], interfaces: Sequence[NetInt
             "or unset it (the cluster profile's env: may set it for another site)",
         )
     only_loopback = all(i.kind == "loopback" or i.name == "lo" for i in picked)
-    source = f"NCCL_SOCKET_IFNAME={value}" if value is not None else "NCCL_SOCKET_IFNAME unset (NCCL's default order: ib*, any but docker*/lo/virbr*, docker*, lo)"
+    source = (
+        f"NCCL_SOCKET_IFNAME={value}"
+        if value is not None
+        else "NCCL_SOCKET_IFNAME unset (NCCL's default order: ib*, any but docker*/lo/virbr*, docker*, lo)"
+    )
     if only_loopback and num_nodes > 1:
         return severity(
             name,
@@ -124,7 +140,11 @@ def check_nccl_socket_ifname(env: Mapping[str, str], interfaces: Sequence[NetInt
 
 
 def check_gloo_socket_ifname(
-    env: Mapping[str, str], interfaces: Sequence[NetInterface], hostname: str, resolve: Callable[[str], list[str]], num_nodes: int
+    env: Mapping[str, str],
+    interfaces: Sequence[NetInterface],
+    hostname: str,
+    resolve: Callable[[str], list[str]],
+    num_nodes: int,
 ) -> CheckResult:
     """GLOO_SOCKET_IFNAME must list existing interfaces with an address; unset, the host name must
     resolve to an address other nodes can reach (gloo binds to loopback otherwise)."""
@@ -136,7 +156,9 @@ def check_gloo_socket_ifname(
         missing = [w for w in wanted if w not in by_name]
         bare = [w for w in wanted if w in by_name and not by_name[w].addresses]
         if missing or bare:
-            problems = ([f"no interface {', '.join(missing)}"] if missing else []) + ([f"{', '.join(bare)} has no IP address"] if bare else [])
+            problems = ([f"no interface {', '.join(missing)}"] if missing else []) + (
+                [f"{', '.join(bare)} has no IP address"] if bare else []
+            )
             return fail(
                 name,
                 f"GLOO_SOCKET_IFNAME={value}: {'; '.join(problems)} (gloo takes exact names, not prefixes); interfaces: {_listing(interfaces)}: "
@@ -144,7 +166,11 @@ def check_gloo_socket_ifname(
                 f"set GLOO_SOCKET_IFNAME to exact names of this node, e.g. GLOO_SOCKET_IFNAME={_suggest(interfaces)}",
             )
         if num_nodes > 1 and all(by_name[w].kind == "loopback" for w in wanted):
-            return fail(name, f"GLOO_SOCKET_IFNAME={value} is loopback in a job of {num_nodes} nodes", f"use the interface that links the nodes, e.g. GLOO_SOCKET_IFNAME={_suggest(interfaces)}")
+            return fail(
+                name,
+                f"GLOO_SOCKET_IFNAME={value} is loopback in a job of {num_nodes} nodes",
+                f"use the interface that links the nodes, e.g. GLOO_SOCKET_IFNAME={_suggest(interfaces)}",
+            )
         return ok(name, f"GLOO_SOCKET_IFNAME={value}: gloo uses {', '.join(_describe(by_name[w]) for w in wanted)}")
     try:
         addresses = resolve(hostname)
@@ -154,17 +180,27 @@ def check_gloo_socket_ifname(
         error = ""
     loopback = bool(addresses) and all(a.startswith("127.") or a == "::1" for a in addresses)
     if addresses and not loopback:
-        return ok(name, f"GLOO_SOCKET_IFNAME unset: gloo binds to the address of host name {hostname} ({', '.join(addresses)})")
+        return ok(
+            name,
+            f"GLOO_SOCKET_IFNAME unset: gloo binds to the address of host name {hostname} ({', '.join(addresses)})",
+        )
     found = f"resolves to {', '.join(addresses)}" if addresses else f"does not resolve ({error or 'no address'})"
     evidence = f"GLOO_SOCKET_IFNAME unset and host name {hostname} {found}: gloo binds to loopback"
-    fix = f"set GLOO_SOCKET_IFNAME to the interface that links the nodes, e.g. GLOO_SOCKET_IFNAME={_suggest(interfaces)}"
+    fix = (
+        f"set GLOO_SOCKET_IFNAME to the interface that links the nodes, e.g. GLOO_SOCKET_IFNAME={_suggest(interfaces)}"
+    )
     if num_nodes > 1:
         return fail(name, f"{evidence} in a job of {num_nodes} nodes: the other nodes cannot connect", fix)
     return ok(name, f"{evidence} (enough on one node; with several nodes: {fix})")
 
 
 def check_fabric(
-    ib_ports: Sequence[IbPort], cxi_devices: Sequence[str], interfaces: Sequence[NetInterface], env: Mapping[str, str], plugins: Sequence[str], torch: TorchFacts
+    ib_ports: Sequence[IbPort],
+    cxi_devices: Sequence[str],
+    interfaces: Sequence[NetInterface],
+    env: Mapping[str, str],
+    plugins: Sequence[str],
+    torch: TorchFacts,
 ) -> CheckResult:
     """Whether NCCL/RCCL gets the node's fast network: active InfiniBand ports that NCCL_IB_HCA and
     NCCL_IB_DISABLE leave to it, or on Slingshot the OFI plugin; otherwise it uses TCP sockets."""
@@ -175,9 +211,17 @@ def check_fabric(
     if ib_ports:
         active = [p for p in ib_ports if p.state == "ACTIVE"]
         if not active:
-            return warn(name, f"RDMA devices but no ACTIVE port ({found}): NCCL falls back to TCP sockets", "ask the site: the ports are down (cable, subnet manager) on this node")
+            return warn(
+                name,
+                f"RDMA devices but no ACTIVE port ({found}): NCCL falls back to TCP sockets",
+                "ask the site: the ports are down (cable, subnet manager) on this node",
+            )
         if env.get("NCCL_IB_DISABLE", "0") not in ("0", ""):
-            return warn(name, f"{found}; NCCL_IB_DISABLE={env['NCCL_IB_DISABLE']} makes NCCL use TCP sockets instead", "unset NCCL_IB_DISABLE")
+            return warn(
+                name,
+                f"{found}; NCCL_IB_DISABLE={env['NCCL_IB_DISABLE']} makes NCCL use TCP sockets instead",
+                "unset NCCL_IB_DISABLE",
+            )
         hca = env.get("NCCL_IB_HCA")
         if hca:
             spec = parse_ifname_list(hca)
@@ -201,10 +245,15 @@ def check_fabric(
             "/appl/local/containers/sif-images/), or add the plugin's directory to LD_LIBRARY_PATH",
         )
     socket_ifs = nccl_socket_interfaces(env.get("NCCL_SOCKET_IFNAME"), interfaces)
-    return ok(name, f"no InfiniBand or Slingshot device: between nodes NCCL uses TCP over {', '.join(i.name for i in socket_ifs) or 'no interface'} (doctor --comm measures it)")
+    return ok(
+        name,
+        f"no InfiniBand or Slingshot device: between nodes NCCL uses TCP over {', '.join(i.name for i in socket_ifs) or 'no interface'} (doctor --comm measures it)",
+    )
 
 
-def find_net_plugins(env: Mapping[str, str], extra_dirs: Sequence[str] = ("/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib")) -> list[str]:
+def find_net_plugins(
+    env: Mapping[str, str], extra_dirs: Sequence[str] = ("/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib")
+) -> list[str]:
     """NCCL/RCCL network plugins (libnccl-net*.so, librccl-net*.so) NCCL could load: NCCL_NET_PLUGIN
     when it names a file, else the library search path."""
     named = env.get("NCCL_NET_PLUGIN", "")

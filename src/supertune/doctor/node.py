@@ -78,7 +78,9 @@ def gather(view: LaunchEnvironment | None = None, extra_dirs: Sequence[str] = ()
     )
 
 
-def run_checks(facts: NodeFacts, min_free_bytes: int, resolve: Callable[[str], list[str]] = probe.resolve_host) -> list[CheckResult]:
+def run_checks(
+    facts: NodeFacts, min_free_bytes: int, resolve: Callable[[str], list[str]] = probe.resolve_host
+) -> list[CheckResult]:
     """Every node check, in the order of the report (CHECK_NAMES)."""
     f = facts
     nodes = max(f.view.num_nodes, (f.allocation.num_nodes or 1) if f.allocation else 1)
@@ -105,7 +107,11 @@ def run_checks(facts: NodeFacts, min_free_bytes: int, resolve: Callable[[str], l
 def _written_dirs(env: Mapping[str, str], extra: Sequence[str]) -> list[tuple[str, Path]]:
     # A job script exports SUPERTUNE_RUN_DIR; elsewhere runs go to ./runs (output.runs_root).
     run_dir = Path(env["SUPERTUNE_RUN_DIR"]) if env.get("SUPERTUNE_RUN_DIR") else Path.cwd() / "runs"
-    dirs = [("run directory", run_dir), ("supertune cache", cache_dir()), ("temporary files", Path(tempfile.gettempdir()))]
+    dirs = [
+        ("run directory", run_dir),
+        ("supertune cache", cache_dir()),
+        ("temporary files", Path(tempfile.gettempdir())),
+    ]
     for variable in ("SCRATCH", "LOCAL_SCRATCH"):
         if env.get(variable):
             dirs.append((f"${variable}", Path(env[variable])))

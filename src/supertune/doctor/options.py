@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from ..byte_sizes import parse_byte_size
 from ..errors import UserError
 
-__all__ = ["DoctorOptions", "add_doctor_arguments", "options_from_args", "parse_size", "format_size", "size_label", "preflight_arguments"]
+__all__ = [
+    "DoctorOptions",
+    "add_doctor_arguments",
+    "options_from_args",
+    "parse_size",
+    "format_size",
+    "size_label",
+    "preflight_arguments",
+]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -61,7 +69,9 @@ class DoctorOptions:
         return args
 
 
-def preflight_arguments(expect_gbps: float | None = None, report: str | None = None, max_size: str | None = None) -> list[str]:
+def preflight_arguments(
+    expect_gbps: float | None = None, report: str | None = None, max_size: str | None = None
+) -> list[str]:
     """The words after the doctor's worker entry point in a job's pre-flight step (pure, for
     job-script rendering): node checks and the bandwidth measurement, the JSON report to `report`."""
     args = ["--comm"]
@@ -75,10 +85,22 @@ def preflight_arguments(expect_gbps: float | None = None, report: str | None = N
 
 
 def add_doctor_arguments(p: argparse.ArgumentParser, with_nproc: bool = True) -> None:
-    p.add_argument("--json", action="store_true", help="one JSON object (every check, and the measurements with --comm) instead of the text report")
-    p.add_argument("--comm", action="store_true", help="also form the process group and measure all_reduce and all_gather bandwidth between the processes (under torchrun or srun, or with --nproc)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object (every check, and the measurements with --comm) instead of the text report",
+    )
+    p.add_argument(
+        "--comm",
+        action="store_true",
+        help="also form the process group and measure all_reduce and all_gather bandwidth between the processes (under torchrun or srun, or with --nproc)",
+    )
     if with_nproc:
-        p.add_argument("--nproc", type=int, help="with --comm: start N processes on this machine through torchrun (gloo on CPU, nccl on GPUs)")
+        p.add_argument(
+            "--nproc",
+            type=int,
+            help="with --comm: start N processes on this machine through torchrun (gloo on CPU, nccl on GPUs)",
+        )
     p.add_argument(
         "--expect-gbps",
         type=float,
@@ -86,15 +108,53 @@ def add_doctor_arguments(p: argparse.ArgumentParser, with_nproc: bool = True) ->
         help="with --comm: exit non-zero when the bus bandwidth of all_reduce or all_gather at the largest size is below X GB/s "
         "(1e9 bytes/s, the unit of nccl-tests; a 200 Gb/s link is 25 GB/s)",
     )
-    p.add_argument("--min-size", default="1M", help="smallest message of --comm, bytes with K/M/G (binary) suffix (default: %(default)s)")
-    p.add_argument("--max-size", default="1G", help="largest message of --comm (default: %(default)s); sizes double from --min-size")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs of each collective and size first (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs of each collective and size; the median is reported (default: %(default)s)")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo (default)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="limit for forming the process group and for each collective (default: %(default)s)")
+    p.add_argument(
+        "--min-size",
+        default="1M",
+        help="smallest message of --comm, bytes with K/M/G (binary) suffix (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-size",
+        default="1G",
+        help="largest message of --comm (default: %(default)s); sizes double from --min-size",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=2, help="untimed runs of each collective and size first (default: %(default)s)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed runs of each collective and size; the median is reported (default: %(default)s)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="auto: nccl (RCCL on ROCm) when torch sees a GPU, else gloo (default)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="limit for forming the process group and for each collective (default: %(default)s)",
+    )
     p.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
-    p.add_argument("--dir", action="append", default=[], dest="dirs", metavar="DIR", help="also check that DIR is writable and has room (repeatable)")
-    p.add_argument("--min-free-gb", type=float, default=20.0, help="warn when a checked file system has less free space, in GiB (default: %(default)s)")
+    p.add_argument(
+        "--dir",
+        action="append",
+        default=[],
+        dest="dirs",
+        metavar="DIR",
+        help="also check that DIR is writable and has room (repeatable)",
+    )
+    p.add_argument(
+        "--min-free-gb",
+        type=float,
+        default=20.0,
+        help="warn when a checked file system has less free space, in GiB (default: %(default)s)",
+    )
     p.add_argument("--exit-zero", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -117,7 +177,9 @@ def options_from_args(args: argparse.Namespace) -> DoctorOptions:
     if args.expect_gbps is not None and args.expect_gbps <= 0:
         problems.append(f"--expect-gbps: must be positive, got {args.expect_gbps}")
     if args.repeats < 1 or args.warmup < 0:
-        problems.append(f"--repeats/--warmup: need at least 1 timed run and no negative warm-up, got {args.repeats}/{args.warmup}")
+        problems.append(
+            f"--repeats/--warmup: need at least 1 timed run and no negative warm-up, got {args.repeats}/{args.warmup}"
+        )
     if args.timeout <= 0:
         problems.append(f"--timeout: must be positive, got {args.timeout}")
     if len(sizes) == 2 and not 4 <= sizes["--min-size"] <= sizes["--max-size"]:

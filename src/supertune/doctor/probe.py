@@ -136,7 +136,9 @@ class TorchFacts:
         return "CPU build"
 
 
-def read_interfaces(sys_net: Path = Path("/sys/class/net"), proc_inet6: Path = Path("/proc/net/if_inet6")) -> list[NetInterface]:
+def read_interfaces(
+    sys_net: Path = Path("/sys/class/net"), proc_inet6: Path = Path("/proc/net/if_inet6")
+) -> list[NetInterface]:
     """The node's network interfaces with their addresses, kind and state."""
     try:
         names = sorted(p.name for p in sys_net.iterdir())
@@ -177,7 +179,9 @@ def _global_ipv6(proc_inet6: Path) -> dict[str, list[str]]:
         if len(parts) == 6 and parts[3] in ("00", "10"):
             hexaddr = parts[0]
             address = ":".join(hexaddr[i : i + 4] for i in range(0, 32, 4))
-            found.setdefault(parts[5], []).append(socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address)))
+            found.setdefault(parts[5], []).append(
+                socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address))
+            )
     return found
 
 

@@ -20,7 +20,11 @@ def exit_code(checks: Sequence[CheckResult]) -> int:
 
 
 def report_document(
-    host: str, view: dict[str, Any], checks: Sequence[CheckResult], elsewhere: Sequence[dict[str, Any]] = (), comm: dict[str, Any] | None = None
+    host: str,
+    view: dict[str, Any],
+    checks: Sequence[CheckResult],
+    elsewhere: Sequence[dict[str, Any]] = (),
+    comm: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report; `elsewhere` lists warnings and failures of the job's other processes."""
     verdicts = [c.verdict for c in checks] + [e["verdict"] for e in elsewhere]
@@ -43,7 +47,9 @@ def report_document(
     }
 
 
-def merge_elsewhere(reports: Sequence[tuple[str, int, Sequence[dict[str, str]]]], own: Sequence[dict[str, str]] = ()) -> list[dict[str, Any]]:
+def merge_elsewhere(
+    reports: Sequence[tuple[str, int, Sequence[dict[str, str]]]], own: Sequence[dict[str, str]] = ()
+) -> list[dict[str, Any]]:
     """Warnings and failures of other processes, one entry per distinct finding with the hosts and
     ranks that had it; findings identical to the reporter's own (`own`) are not repeated."""
     seen_here = {(c["name"], c["evidence"]) for c in own}

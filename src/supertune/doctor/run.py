@@ -52,14 +52,32 @@ def _with_comm(view: LaunchEnvironment, options: DoctorOptions, host: str, check
     error = session.form()
     if error is not None:
         # No group, so no gathering: each node's first process reports what it knows.
-        result = CommResult(session.backend, session.device, view.world_size, view.num_nodes, options.warmup, options.repeats, options.expect_gbps, error=error)
+        result = CommResult(
+            session.backend,
+            session.device,
+            view.world_size,
+            view.num_nodes,
+            options.warmup,
+            options.repeats,
+            options.expect_gbps,
+            error=error,
+        )
         doc = report_document(host, view.as_dict(), [*checks, comm_check(result)], comm=result.as_dict())
         _emit(doc, options, reporter=view.local_rank == 0, write=view.rank == 0)
         return 0 if options.exit_zero else 1
     try:
         if session.any_true(exit_code(checks) != 0):
             skipped = "not measured: a node check failed on some process (see the report)"
-            result = CommResult(session.backend, session.device, view.world_size, view.num_nodes, options.warmup, options.repeats, options.expect_gbps, error=skipped)
+            result = CommResult(
+                session.backend,
+                session.device,
+                view.world_size,
+                view.num_nodes,
+                options.warmup,
+                options.repeats,
+                options.expect_gbps,
+                error=skipped,
+            )
         else:
             result = session.measure()
         checks = [*checks, comm_check(result)]
@@ -84,9 +102,11 @@ def _emit(doc: dict, options: DoctorOptions, reporter: bool, write: bool | None 
     elif not quiet:
         for c in doc["checks"]:
             if c["verdict"] == "fail":
-                print(f"supertune doctor: {doc['host']} rank {doc['rank']}: {c['name']} failed: {c['evidence']}; fix: {c['fix']}", file=sys.stderr, flush=True)
+                print(
+                    f"supertune doctor: {doc['host']} rank {doc['rank']}: {c['name']} failed: {c['evidence']}; fix: {c['fix']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if options.out and (reporter if write is None else write):
         Path(options.out).parent.mkdir(parents=True, exist_ok=True)
         Path(options.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-
-

@@ -24,7 +24,11 @@ def check_python(version: tuple[int, int, int], executable: str) -> CheckResult:
     """supertune needs Python 3.11 or newer."""
     text = ".".join(str(v) for v in version)
     if version[:2] < (3, 11):
-        return fail("python", f"Python {text} ({executable})", "supertune needs Python 3.11 or newer: PYTHON=python3.11 bash scripts/env.sh")
+        return fail(
+            "python",
+            f"Python {text} ({executable})",
+            "supertune needs Python 3.11 or newer: PYTHON=python3.11 bash scripts/env.sh",
+        )
     return ok("python", f"Python {text} ({executable})")
 
 
@@ -55,7 +59,9 @@ def check_packages(installed: Mapping[str, str | None], pins: Mapping[str, str])
         return warn(
             "packages",
             f"{evidence}; other versions than supertune is tested with: {', '.join(differ)}",
-            "pip install " + " ".join(f"'{d.split()[0]}=={pins[d.split()[0]]}'" for d in differ) + " (or keep them, knowing they are untested)",
+            "pip install "
+            + " ".join(f"'{d.split()[0]}=={pins[d.split()[0]]}'" for d in differ)
+            + " (or keep them, knowing they are untested)",
         )
     return ok("packages", f"{evidence} (the tested versions)")
 
@@ -64,10 +70,18 @@ def check_torch_build(torch: TorchFacts, hardware: GpuHardware) -> CheckResult:
     """torch imports, has torch.distributed, and a CUDA build's CUDA release suits the NVIDIA driver."""
     driver = _driver_text(hardware)
     if torch.version is None:
-        return fail("torch-build", f"torch cannot be imported: {torch.import_error}", "reinstall it: bash scripts/env.sh (or pip install -r src/supertune/pinned-requirements.txt)")
+        return fail(
+            "torch-build",
+            f"torch cannot be imported: {torch.import_error}",
+            "reinstall it: bash scripts/env.sh (or pip install -r src/supertune/pinned-requirements.txt)",
+        )
     evidence = f"torch {torch.version}: {torch.describe_build}; {driver}"
     if not torch.distributed:
-        return fail("torch-build", f"{evidence}; torch.distributed is not available in this build", "install an official torch wheel (they all include torch.distributed)")
+        return fail(
+            "torch-build",
+            f"{evidence}; torch.distributed is not available in this build",
+            "install an official torch wheel (they all include torch.distributed)",
+        )
     if torch.cuda and hardware.nvidia_driver:
         cuda_major = int(torch.cuda.split(".")[0])
         branch = int(hardware.nvidia_driver.split(".")[0])

@@ -23,4 +23,6 @@ def refuse_unusable_gpus() -> None:
     torch = read_torch()
     for result in (check_gpu_visibility(torch, read_gpu_hardware(), slurm_allocation(), os.environ), check_gpus(torch)):
         if result.verdict == "fail":
-            raise UserError(f"{result.name}: {result.evidence}; fix: {result.fix} (supertune doctor checks the rest of the node)")
+            raise UserError(
+                f"{result.name}: {result.evidence}; fix: {result.fix} (supertune doctor checks the rest of the node)"
+            )

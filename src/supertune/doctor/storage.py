@@ -47,7 +47,11 @@ class HfPaths:
 
 def hf_paths(env: Mapping[str, str], home_dir: Path) -> HfPaths:
     """The caches as huggingface_hub and datasets resolve them from these variables."""
-    used = [k for k in ("HF_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE") if env.get(k)]
+    used = [
+        k
+        for k in ("HF_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE")
+        if env.get(k)
+    ]
     base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home_dir / ".cache"
     home = Path(env.get("HF_HOME") or base / "huggingface").expanduser()
     hub = Path(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or home / "hub").expanduser()
@@ -142,7 +146,11 @@ def check_scratch(dirs: Sequence[tuple[str, Path]]) -> CheckResult:
     return ok(name, evidence)
 
 
-def check_free_space(dirs: Sequence[tuple[str, Path]], min_free_bytes: int, usage: Callable[[Path], tuple[int, int, int]] = shutil.disk_usage) -> CheckResult:
+def check_free_space(
+    dirs: Sequence[tuple[str, Path]],
+    min_free_bytes: int,
+    usage: Callable[[Path], tuple[int, int, int]] = shutil.disk_usage,
+) -> CheckResult:
     """Free space on the file system of each directory: fail below 1 GiB, warn below min_free_bytes."""
     name = "free-space"
     seen: dict[int, list[str]] = {}
@@ -166,7 +174,11 @@ def check_free_space(dirs: Sequence[tuple[str, Path]], min_free_bytes: int, usag
             low.append(f"{', '.join(labels)} ({_size(free)} free)")
     evidence = "; ".join(lines) or "no directory to measure"
     if full:
-        return fail(name, f"{evidence}: less than {_size(FAIL_FREE_BYTES)} free for {', '.join(full)}", "free space there, or move the directory to a file system with room (project scratch)")
+        return fail(
+            name,
+            f"{evidence}: less than {_size(FAIL_FREE_BYTES)} free for {', '.join(full)}",
+            "free space there, or move the directory to a file system with room (project scratch)",
+        )
     if low:
         return warn(
             name,

@@ -59,7 +59,11 @@ def encode_in_threads(
     eos = tokenizer.eos_token_id if add_eos else None
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = batch_ids(texts, lambda xs: [e.ids for e in backend.encode_batch_fast(xs, add_special_tokens=False)]) if texts else []
+        ids = (
+            batch_ids(texts, lambda xs: [e.ids for e in backend.encode_batch_fast(xs, add_special_tokens=False)])
+            if texts
+            else []
+        )
         return flatten_ids(ids, eos)
 
     # Two batches in flight per thread keep every thread busy while the caller consumes the oldest

@@ -66,7 +66,9 @@ def encode_texts(texts: list[str], tokenizer: Any, add_eos: bool) -> list[np.nda
     ids = _token_ids(texts, tokenizer)
     eos = tokenizer.eos_token_id
     if add_eos:
-        return [np.array(x + [eos], dtype=np.int32) if isinstance(x, list) else np.append(x, np.int32(eos)) for x in ids]
+        return [
+            np.array(x + [eos], dtype=np.int32) if isinstance(x, list) else np.append(x, np.int32(eos)) for x in ids
+        ]
     return [np.asarray(x, dtype=np.int32) for x in ids]
 
 
@@ -105,7 +107,9 @@ def _token_ids(texts: list[str], tokenizer: Any) -> list[list[int] | np.ndarray]
     backend = plain_backend(tokenizer, texts[0])
     if backend is not None:
         return batch_ids(texts, lambda xs: [e.ids for e in backend.encode_batch_fast(xs, add_special_tokens=False)])
-    return batch_ids(texts, lambda xs: tokenizer(xs, add_special_tokens=False, return_attention_mask=False)["input_ids"])
+    return batch_ids(
+        texts, lambda xs: tokenizer(xs, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    )
 
 
 def batch_ids(texts: list[str], encode: Callable[[list[str]], list[list[int]]]) -> list[list[int] | np.ndarray]:
@@ -168,11 +172,15 @@ def plain_backend(tokenizer: Any, sample: str) -> Any | None:
         or hasattr(tokenizer, "_switch_to_input_mode")
         or backend.truncation is not None
         or backend.padding is not None
-        or bool(getattr(backend, "encode_special_tokens", False)) != bool(getattr(tokenizer, "split_special_tokens", False))
+        or bool(getattr(backend, "encode_special_tokens", False))
+        != bool(getattr(tokenizer, "split_special_tokens", False))
     ):
         return None
     sample = sample[:4096]  # a prefix says as much, and a long document would cost the full encoding twice
-    same = backend.encode_batch_fast([sample], add_special_tokens=False)[0].ids == tokenizer(sample, add_special_tokens=False)["input_ids"]
+    same = (
+        backend.encode_batch_fast([sample], add_special_tokens=False)[0].ids
+        == tokenizer(sample, add_special_tokens=False)["input_ids"]
+    )
     return backend if same else None
 
 

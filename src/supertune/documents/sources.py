@@ -103,7 +103,9 @@ def validation_split_name(d: DataConfig, splits: list[str]) -> str | None:
 
 def _log_validation(d: DataConfig, validation_from: str, seed: int) -> None:
     if validation_from.startswith("split:"):
-        how = " (it has no validation split)" if d.validation_split == "auto" and validation_from == "split:test" else ""
+        how = (
+            " (it has no validation split)" if d.validation_split == "auto" and validation_from == "split:test" else ""
+        )
         log.info("data: evaluating on the %r split of %s%s", validation_from[6:], d.dataset_name, how)
     elif validation_from == "held_out":
         where = f"{d.dataset_name} has no validation or test split" if d.dataset_name else "no validation files"
@@ -238,7 +240,9 @@ def _text_file_lines(path: str) -> Any:
         lines.validate(full=True)
     except pa.ArrowInvalid:
         bad = _first_bad_utf8(data)
-        raise UserError(f"data: cannot read text file {path!r}: not UTF-8 ({bad}); convert it, e.g. with iconv -t UTF-8") from None
+        raise UserError(
+            f"data: cannot read text file {path!r}: not UTF-8 ({bad}); convert it, e.g. with iconv -t UTF-8"
+        ) from None
     return lines
 
 

@@ -18,9 +18,7 @@ def _flatten(seqs: Iterable[Sequence[int]]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
 
 
-def unigram_perplexity(
-    train_ids: Iterable[Sequence[int]], eval_ids: Iterable[Sequence[int]], vocab_size: int
-) -> float:
+def unigram_perplexity(train_ids: Iterable[Sequence[int]], eval_ids: Iterable[Sequence[int]], vocab_size: int) -> float:
     """Perplexity on ``eval_ids`` of an add-one-smoothed unigram model counted on ``train_ids``.
 
     p(t) = (count(t) + 1) / (N + vocab_size), where N is the number of training tokens; the

@@ -51,9 +51,7 @@ MALE = (
     "Abel Bram Cyrus Emil Ezra Felix Gideon Henrik Hugo Ivo Jasper Lars Milo Nils Olin Otto "
     "Piet Rufus Silas Tomas Viktor Anton Bruno Caspar"
 ).split()
-TOWN_HEADS = (
-    "Ash Bram Cold Elm Fen Gold Hart Iron Kings Lark Mill North Oak Pen Red Stone Thorn West Wil Yar"
-).split()
+TOWN_HEADS = ("Ash Bram Cold Elm Fen Gold Hart Iron Kings Lark Mill North Oak Pen Red Stone Thorn West Wil Yar").split()
 TOWN_TAILS = "ford wick by ham mere ton stead bury field holm".split()
 LANDMARKS = (
     "river mill forest bridge market tower lake hill chapel harbor orchard well inn school "
@@ -80,35 +78,84 @@ PROFESSIONS = {
     "librarian": ("library", "catalog", "catalogs"),
 }
 OBJECTS = (
-    ("apple", "apples"), ("basket", "baskets"), ("lamp", "lamps"), ("book", "books"),
-    ("letter", "letters"), ("coin", "coins"), ("candle", "candles"), ("cup", "cups"),
-    ("key", "keys"), ("knife", "knives"), ("hat", "hats"), ("pear", "pears"),
-    ("plum", "plums"), ("egg", "eggs"), ("shell", "shells"), ("stone", "stones"),
-    ("map", "maps"), ("bell", "bells"), ("brush", "brushes"), ("box", "boxes"),
-    ("glass", "glasses"), ("feather", "feathers"), ("ribbon", "ribbons"), ("spoon", "spoons"),
+    ("apple", "apples"),
+    ("basket", "baskets"),
+    ("lamp", "lamps"),
+    ("book", "books"),
+    ("letter", "letters"),
+    ("coin", "coins"),
+    ("candle", "candles"),
+    ("cup", "cups"),
+    ("key", "keys"),
+    ("knife", "knives"),
+    ("hat", "hats"),
+    ("pear", "pears"),
+    ("plum", "plums"),
+    ("egg", "eggs"),
+    ("shell", "shells"),
+    ("stone", "stones"),
+    ("map", "maps"),
+    ("bell", "bells"),
+    ("brush", "brushes"),
+    ("box", "boxes"),
+    ("glass", "glasses"),
+    ("feather", "feathers"),
+    ("ribbon", "ribbons"),
+    ("spoon", "spoons"),
 )
 ANIMALS = (
-    ("dog", "dogs"), ("cat", "cats"), ("horse", "horses"), ("goose", "geese"),
-    ("sheep", "sheep"), ("fox", "foxes"), ("crow", "crows"), ("owl", "owls"),
-    ("goat", "goats"), ("cow", "cows"), ("mouse", "mice"), ("duck", "ducks"),
-    ("hen", "hens"), ("rabbit", "rabbits"),
+    ("dog", "dogs"),
+    ("cat", "cats"),
+    ("horse", "horses"),
+    ("goose", "geese"),
+    ("sheep", "sheep"),
+    ("fox", "foxes"),
+    ("crow", "crows"),
+    ("owl", "owls"),
+    ("goat", "goats"),
+    ("cow", "cows"),
+    ("mouse", "mice"),
+    ("duck", "ducks"),
+    ("hen", "hens"),
+    ("rabbit", "rabbits"),
 )
 # (third person singular, plural/base form)
 RESTING_VERBS = (
-    ("sleeps", "sleep"), ("waits", "wait"), ("rests", "rest"), ("plays", "play"),
-    ("hides", "hide"), ("sits", "sit"), ("eats", "eat"), ("wanders", "wander"),
+    ("sleeps", "sleep"),
+    ("waits", "wait"),
+    ("rests", "rest"),
+    ("plays", "play"),
+    ("hides", "hide"),
+    ("sits", "sit"),
+    ("eats", "eat"),
+    ("wanders", "wander"),
 )
 TAKING_VERBS = (
-    ("buys", "buy"), ("finds", "find"), ("carries", "carry"), ("sells", "sell"),
-    ("counts", "count"), ("cleans", "clean"), ("mends", "mend"), ("paints", "paint"),
+    ("buys", "buy"),
+    ("finds", "find"),
+    ("carries", "carry"),
+    ("sells", "sell"),
+    ("counts", "count"),
+    ("cleans", "clean"),
+    ("mends", "mend"),
+    ("paints", "paint"),
 )
 PREPOSITIONS = ("near", "behind", "beside", "under", "inside", "past")
 ADJECTIVES = "old new small large red blue green heavy broken shiny wooden little".split()
 MOODS = "quiet busy long short strange happy slow lucky".split()
 WEATHER = "cold warm windy grey wet bright foggy calm".split()
 TIMES = (
-    "In the morning", "At noon", "In the afternoon", "In the evening", "At night",
-    "The next day", "Later", "Soon after", "On Monday", "On Friday", "After lunch",
+    "In the morning",
+    "At noon",
+    "In the afternoon",
+    "In the evening",
+    "At night",
+    "The next day",
+    "Later",
+    "Soon after",
+    "On Monday",
+    "On Friday",
+    "After lunch",
 )
 GREETINGS = ("Good morning", "Hello", "Good evening", "Welcome back")
 NUMBERS = (
@@ -134,8 +181,7 @@ class _Story:
         names = rng.sample(FEMALE + MALE, rng.randint(2, 4))  # at least two: pairs and dialogue
         professions = rng.sample(sorted(PROFESSIONS), len(names))
         self.cast = [
-            _Person(n, *(("she", "her") if n in FEMALE else ("he", "his")), p)
-            for n, p in zip(names, professions)
+            _Person(n, *(("she", "her") if n in FEMALE else ("he", "his")), p) for n, p in zip(names, professions)
         ]
         landmarks = rng.sample(LANDMARKS, rng.randint(3, 5))
         self.where = {lm: rng.choice(DIRECTIONS) for lm in landmarks}
@@ -163,8 +209,15 @@ class _Story:
 
     def intro(self) -> list[str]:
         r = self.rng
-        out = [r.choice((f"This is a story about {self.town}.", f"{self.town} is a small town.",
-                         f"Once there was a town called {self.town}."))]
+        out = [
+            r.choice(
+                (
+                    f"This is a story about {self.town}.",
+                    f"{self.town} is a small town.",
+                    f"Once there was a town called {self.town}.",
+                )
+            )
+        ]
         for p in self.cast:
             out.append(f"{p.name} is a {p.profession} who lives in {self.town}.")
         for lm in self.landmarks:
@@ -184,25 +237,33 @@ class _Story:
         r = self.rng
         lm = r.choice(self.landmarks)
         d = self.where[lm]
-        return [r.choice((
-            f"The {lm} is {d} of the town.",
-            f"Where is the {lm}? The {lm} is {d} of the town.",
-            f"{self.town} has a {lm} to the {d}.",
-            f"Everyone in {self.town} knows that the {lm} is {d} of the town.",
-        ))]
+        return [
+            r.choice(
+                (
+                    f"The {lm} is {d} of the town.",
+                    f"Where is the {lm}? The {lm} is {d} of the town.",
+                    f"{self.town} has a {lm} to the {d}.",
+                    f"Everyone in {self.town} knows that the {lm} is {d} of the town.",
+                )
+            )
+        ]
 
     def work(self) -> list[str]:
         r = self.rng
         p = self.person()
         place, one, many = PROFESSIONS[p.profession]
         who = self.name_or_pronoun(p)
-        return [r.choice((
-            f"{p.name} is a {p.profession}, so {p.subject} works at the {place}.",
-            f"{who} goes to the {place} and makes {self.count_of((one, many), 2)}.",
-            f"As a {p.profession}, {p.name} makes {self.count_of((one, many))} every day.",
-            f"The {p.profession} {p.name} opens the {place} early.",
-            f"{who} loves {p.possessive} work at the {place}.",
-        ))]
+        return [
+            r.choice(
+                (
+                    f"{p.name} is a {p.profession}, so {p.subject} works at the {place}.",
+                    f"{who} goes to the {place} and makes {self.count_of((one, many), 2)}.",
+                    f"As a {p.profession}, {p.name} makes {self.count_of((one, many))} every day.",
+                    f"The {p.profession} {p.name} opens the {place} early.",
+                    f"{who} loves {p.possessive} work at the {place}.",
+                )
+            )
+        ]
 
     def take(self) -> list[str]:
         r = self.rng
@@ -263,26 +324,38 @@ class _Story:
 
     def scene(self) -> list[str]:
         r = self.rng
-        return [r.choice((
-            f"It is a {r.choice(MOODS)} day in {self.town}.",
-            f"The weather in {self.town} is {r.choice(WEATHER)}.",
-            f"{r.choice(TIMES)}, the town is {r.choice(MOODS)} and {r.choice(WEATHER)}.",
-        ))]
+        return [
+            r.choice(
+                (
+                    f"It is a {r.choice(MOODS)} day in {self.town}.",
+                    f"The weather in {self.town} is {r.choice(WEATHER)}.",
+                    f"{r.choice(TIMES)}, the town is {r.choice(MOODS)} and {r.choice(WEATHER)}.",
+                )
+            )
+        ]
 
     def ending(self) -> str:
         r = self.rng
         p = r.choice(self.cast)
-        return r.choice((
-            "The end.",
-            f"And so the day ends in {self.town}.",
-            f"{p.name} goes home, and {p.subject} sleeps well.",
-        ))
+        return r.choice(
+            (
+                "The end.",
+                f"And so the day ends in {self.town}.",
+                f"{p.name} goes home, and {p.subject} sleeps well.",
+            )
+        )
 
 
 # Relative frequencies of the sentence makers; the body is a random walk over them.
 _MAKERS = (
-    (_Story.move, 4), (_Story.fact, 3), (_Story.work, 3), (_Story.take, 4),
-    (_Story.there, 2), (_Story.animals, 3), (_Story.arithmetic, 2), (_Story.dialogue, 2),
+    (_Story.move, 4),
+    (_Story.fact, 3),
+    (_Story.work, 3),
+    (_Story.take, 4),
+    (_Story.there, 2),
+    (_Story.animals, 3),
+    (_Story.arithmetic, 2),
+    (_Story.dialogue, 2),
     (_Story.scene, 1),
 )
 _MAKER_FUNCS = [m for m, _ in _MAKERS]

@@ -39,9 +39,7 @@ DEFAULT_BATCH_SIZE = 16
 DEFAULT_LEARNING_RATE = 2e-3
 
 
-def default_model_config(
-    vocab_size: int, bos_token_id: int, eos_token_id: int, pad_token_id: int
-) -> dict[str, Any]:
+def default_model_config(vocab_size: int, bos_token_id: int, eos_token_id: int, pad_token_id: int) -> dict[str, Any]:
     """Keyword arguments for ``transformers.LlamaConfig`` of the tiny default model.
 
     With the default tokenizer (about 1540 tokens) this is 1.25 M parameters: 4 layers of hidden size

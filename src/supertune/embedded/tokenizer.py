@@ -17,8 +17,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from supertune.embedded.corpus import CORPUS_VERSION, default_corpus, publish_dir
 from supertune.paths import cache_dir
 
-__all__ = ["BOS_TOKEN", "EOS_TOKEN", "PAD_TOKEN", "UNK_TOKEN", "cached_tokenizer",
-           "default_tokenizer", "train_tokenizer"]
+__all__ = [
+    "BOS_TOKEN",
+    "EOS_TOKEN",
+    "PAD_TOKEN",
+    "UNK_TOKEN",
+    "cached_tokenizer",
+    "default_tokenizer",
+    "train_tokenizer",
+]
 
 BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN = "<s>", "</s>", "<pad>", "<unk>"
 # Ids 0..3 in this order, the usual Llama-style layout.

@@ -9,7 +9,9 @@ from ..config.schema import GenerateConfig
 __all__ = ["generate_text"]
 
 
-def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | None = None, synced_gpus: bool = False) -> str:
+def generate_text(
+    model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | None = None, synced_gpus: bool = False
+) -> str:
     """Prompt plus continuation, decoded; sampling is seeded so the same call gives the same text.
 
     synced_gpus: every process calls this together on a model whose parameters are sharded (ZeRO-3,
@@ -23,7 +25,10 @@ def generate_text(model: Any, tokenizer: Any, g: GenerateConfig, prompt: str | N
     inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
     if inputs["input_ids"].shape[1] == 0:  # an empty prompt starts from BOS (or EOS) instead
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-        inputs = {"input_ids": torch.tensor([[start]], device=device), "attention_mask": torch.ones(1, 1, dtype=torch.long, device=device)}
+        inputs = {
+            "input_ids": torch.tensor([[start]], device=device),
+            "attention_mask": torch.ones(1, 1, dtype=torch.long, device=device),
+        }
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(g.seed)
     was_training = model.training

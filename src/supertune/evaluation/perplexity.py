@@ -6,8 +6,8 @@ import math
 from typing import Any
 
 from ..config.schema import RunConfig
-from ..training_data.pipeline import build_eval_dataset
 from ..errors import UserError
+from ..training_data.pipeline import build_eval_dataset
 
 __all__ = ["load_saved_model", "evaluate_saved_model"]
 
@@ -23,8 +23,8 @@ def load_saved_model(model_dir: str, verify: str = "auto") -> tuple[Any, Any]:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..modeling.load_errors import model_load_errors
     from ..checkpoints.model_files import check_saved_model
+    from ..modeling.load_errors import model_load_errors
     from ..modeling.tokenizer import token_id_limit, tokenizer_problem
 
     if not os.path.isdir(model_dir):
@@ -56,5 +56,7 @@ def evaluate_saved_model(model_dir: str, cfg: RunConfig, verify: str = "auto") -
 
     model, tokenizer = load_saved_model(model_dir, verify)
     dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model), cfg.training.seed)
-    loss, tokens = token_mean_loss(model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size)
+    loss, tokens = token_mean_loss(
+        model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size
+    )
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "sequences": len(dataset), "tokens": tokens}

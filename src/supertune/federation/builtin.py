@@ -40,7 +40,9 @@ class BuiltinExecutor:
             receipts = [read_receipt(path) for path in work.trained.values()]
             checkpoints = [r["checkpoint"] for r in receipts if r]
             log.info("round %d: averaging %d sites into %s", work.number, len(checkpoints), work.global_model)
-            average_round(self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged)
+            average_round(
+                self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged
+            )
         if work.evaluate:
             self._evaluate(work.evaluate, work.global_model)
 

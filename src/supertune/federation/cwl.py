@@ -131,8 +131,13 @@ def slurm_service(job: JobSpec, name: str) -> dict[str, Any]:
 # -- the workflow ---------------------------------------------------------------------------------
 
 
-def _tool(python: str, task: str, env: dict[str, str], inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
-    tool: dict[str, Any] = {"class": "CommandLineTool", "baseCommand": [python, *map(str, entry_words(SITE_TASK, [task]))]}
+def _tool(
+    python: str, task: str, env: dict[str, str], inputs: dict[str, Any], outputs: dict[str, Any]
+) -> dict[str, Any]:
+    tool: dict[str, Any] = {
+        "class": "CommandLineTool",
+        "baseCommand": [python, *map(str, entry_words(SITE_TASK, [task]))],
+    }
     if env:
         tool["requirements"] = {"EnvVarRequirement": {"envDef": dict(env)}}
     tool["inputs"] = inputs
@@ -151,7 +156,9 @@ def _glob(kind: str, pattern: str) -> dict[str, Any]:
     return {"type": kind, "outputBinding": {"glob": pattern}}
 
 
-def round_workflow(work: RoundWork, places: dict[str, SitePlace], local: SitePlace, federation_dir: Path, given: dict[str, str]) -> dict[str, Any]:
+def round_workflow(
+    work: RoundWork, places: dict[str, SitePlace], local: SitePlace, federation_dir: Path, given: dict[str, str]
+) -> dict[str, Any]:
     """The round's workflow. `given`: sites whose training finished in an earlier attempt of the
     round, with their checkpoint on this machine (a workflow input instead of a train step)."""
     n = work.number
@@ -197,11 +204,20 @@ def _train_step(place: SitePlace, number: int) -> dict[str, Any]:
         "site_dir": {"default": place.site_dir},
         "global_model": "previous",
     }
-    outputs = {"checkpoint": _glob("Directory", f"checkpoint-{place.name}"), "receipt": _glob("File", f"trained-{place.name}.json")}
-    return {"run": _tool(place.python, "train", place.env, inputs, outputs), "in": step_in, "out": ["checkpoint", "receipt"]}
+    outputs = {
+        "checkpoint": _glob("Directory", f"checkpoint-{place.name}"),
+        "receipt": _glob("File", f"trained-{place.name}.json"),
+    }
+    return {
+        "run": _tool(place.python, "train", place.env, inputs, outputs),
+        "in": step_in,
+        "out": ["checkpoint", "receipt"],
+    }
 
 
-def _average_step(work: RoundWork, sites: list[str], local: SitePlace, federation_dir: Path, given: dict[str, str]) -> dict[str, Any]:
+def _average_step(
+    work: RoundWork, sites: list[str], local: SitePlace, federation_dir: Path, given: dict[str, str]
+) -> dict[str, Any]:
     inputs: dict[str, Any] = {
         "federation": _flag("string", "--federation", 1),
         "round": _flag("int", "--round", 2),
@@ -221,7 +237,11 @@ def _average_step(work: RoundWork, sites: list[str], local: SitePlace, federatio
         inputs[f"checkpoint_{name}"] = _flag("Directory", "--checkpoint", 10 + i)
         step_in[f"checkpoint_{name}"] = f"checkpoint_{name}" if name in given else f"train_{name}/checkpoint"
     outputs = {"global_model": _glob("Directory", "global-model"), "receipt": _glob("File", "averaged.json")}
-    return {"run": _tool(local.python, "average", local.env, inputs, outputs), "in": step_in, "out": ["global_model", "receipt"]}
+    return {
+        "run": _tool(local.python, "average", local.env, inputs, outputs),
+        "in": step_in,
+        "out": ["global_model", "receipt"],
+    }
 
 
 def _evaluate_step(place: SitePlace, number: int, model: str) -> dict[str, Any]:
@@ -270,7 +290,9 @@ def round_job(work: RoundWork, given: dict[str, str]) -> dict[str, Any]:
 # -- streamflow.yml -------------------------------------------------------------------------------
 
 
-def streamflow_config(fed: FederationConfig, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, steps: list[str]) -> dict[str, Any]:
+def streamflow_config(
+    fed: FederationConfig, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, steps: list[str]
+) -> dict[str, Any]:
     """streamflow.yml of the round: its deployments, which step runs where, and StreamFlow's own
     files (database, step folders) inside the federation directory."""
     deployments: dict[str, Any] = {
@@ -286,7 +308,10 @@ def streamflow_config(fed: FederationConfig, work: RoundWork, places: dict[str, 
             if place.services is None:
                 target: dict[str, Any] = {"deployment": place.deployment}
             else:
-                target = {"deployment": place.deployment, "service": "train" if step.startswith("train_") else "evaluate"}
+                target = {
+                    "deployment": place.deployment,
+                    "service": "train" if step.startswith("train_") else "evaluate",
+                }
             bindings.append({"step": f"/{step}", "target": target})
     if "average" in steps:
         bindings.append({"step": "/average", "target": {"deployment": FEDERATION_DEPLOYMENT}})

@@ -36,8 +36,13 @@ def site_corpus(name: str) -> tuple[Path, Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
     try:
         train_seed, validation_seed = SITE_SEEDS[name]
-        for path, seed, n in ((tmp / train.name, train_seed, TRAIN_DOCS), (tmp / validation.name, validation_seed, VALIDATION_DOCS)):
-            path.write_text("".join(json.dumps({"text": t}) + "\n" for t in generate_documents(seed, n)), encoding="utf-8")
+        for path, seed, n in (
+            (tmp / train.name, train_seed, TRAIN_DOCS),
+            (tmp / validation.name, validation_seed, VALIDATION_DOCS),
+        ):
+            path.write_text(
+                "".join(json.dumps({"text": t}) + "\n" for t in generate_documents(seed, n)), encoding="utf-8"
+            )
         publish_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,9 @@ SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 # StreamFlow writes working directories and environment values into shell commands unquoted
 # (`cd DIR && export K="V" && ...`): paths it sees keep to characters that mean nothing to a shell.
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+,:@%=-]*$")
-_LOGIN = re.compile(r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?$")
+_LOGIN = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?$"
+)
 
 
 def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConfig, Path | None]:
@@ -43,10 +45,14 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
     resumed = None
     if p.is_dir():
         if not FederationDir(p).config.is_file():
-            raise UserError(f"FEDERATION: {str(p)!r} is a directory without federation.yaml; give a federation YAML or a federation directory")
+            raise UserError(
+                f"FEDERATION: {str(p)!r} is a directory without federation.yaml; give a federation YAML or a federation directory"
+            )
         resumed, p = p.absolute(), FederationDir(p).config
     elif not p.exists():  # anything else that is not a file (a FIFO, a socket) is named by read_yaml_mapping
-        raise UserError(f"FEDERATION: {str(p)!r} does not exist; give a federation YAML (docs/federated.md) or a federation directory")
+        raise UserError(
+            f"FEDERATION: {str(p)!r} does not exist; give a federation YAML (docs/federated.md) or a federation directory"
+        )
     data = read_yaml_mapping(p, "federation config", "keys (name:, rounds:, sites:, ...)")
     fed = build_config(FederationConfig, data)
     _absolute_paths(fed, p.absolute().parent)
@@ -84,7 +90,9 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     if not (math.isfinite(a.server_lr) and a.server_lr > 0):
         p.append(f"aggregation.server_lr: must be a positive number (1 is plain FedAvg), got {a.server_lr}")
     if not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
-        p.append(f"aggregation.server_momentum: must be in [0, 1) (0.9 is usual; 0 keeps none), got {a.server_momentum}")
+        p.append(
+            f"aggregation.server_momentum: must be in [0, 1) (0.9 is usual; 0 keeps none), got {a.server_momentum}"
+        )
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:
@@ -107,16 +115,22 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         if fed.executor != "streamflow":
             for key in ("login", "workdir", "python"):
                 if getattr(site, key):
-                    p.append(f"{where}.{key}: only used with executor: streamflow; remove it or set executor: streamflow")
+                    p.append(
+                        f"{where}.{key}: only used with executor: streamflow; remove it or set executor: streamflow"
+                    )
         else:
             p += _streamflow_site_problems(where, site)
         if site.where != "local":
             p += _cluster_problem(where, site.where)
     if fed.executor == "streamflow" and fed.streamflow.ssh_key and not Path(fed.streamflow.ssh_key).is_file():
-        p.append(f"streamflow.ssh_key: {fed.streamflow.ssh_key!r} does not exist; give the private key file for the login nodes, or none (SSH agent)")
+        p.append(
+            f"streamflow.ssh_key: {fed.streamflow.ssh_key!r} does not exist; give the private key file for the login nodes, or none (SSH agent)"
+        )
     weighted = [s.weight is not None for s in fed.sites]
     if any(weighted) and not all(weighted):
-        p.append("sites[].weight: given for some sites only; give every site a weight, or none (aggregation.weights decides)")
+        p.append(
+            "sites[].weight: given for some sites only; give every site a weight, or none (aggregation.weights decides)"
+        )
     return p
 
 
@@ -127,18 +141,30 @@ def _streamflow_site_problems(where: str, site: SiteConfig) -> list[str]:
     if not site.login:
         for key in ("workdir", "python"):
             if getattr(site, key):
-                p.append(f"{where}.{key}: only used for a site reached over SSH; set {where}.login, or remove {key} (this machine's are used)")
+                p.append(
+                    f"{where}.{key}: only used for a site reached over SSH; set {where}.login, or remove {key} (this machine's are used)"
+                )
         return p
     if login_parts(site.login) is None:
-        p.append(f"{where}.login: {site.login!r} is not [user@]host[:port], e.g. me@login.leonardo.cineca.it or login01:2222")
+        p.append(
+            f"{where}.login: {site.login!r} is not [user@]host[:port], e.g. me@login.leonardo.cineca.it or login01:2222"
+        )
     if site.where == "local":
-        p.append(f"{where}.where: a site reached over SSH trains through its SLURM; name its cluster profile (e.g. where: leonardo)")
+        p.append(
+            f"{where}.where: a site reached over SSH trains through its SLURM; name its cluster profile (e.g. where: leonardo)"
+        )
     if not site.workdir:
-        p.append(f"{where}.workdir: a site reached over SSH needs a directory there for its runs and models, e.g. /leonardo_scratch/me/federation")
+        p.append(
+            f"{where}.workdir: a site reached over SSH needs a directory there for its runs and models, e.g. /leonardo_scratch/me/federation"
+        )
     elif not plain_path(site.workdir):
-        p.append(f"{where}.workdir: {site.workdir!r} must be an absolute path of letters, digits and _./+,:@%=- (StreamFlow passes it to a shell unquoted)")
+        p.append(
+            f"{where}.workdir: {site.workdir!r} must be an absolute path of letters, digits and _./+,:@%=- (StreamFlow passes it to a shell unquoted)"
+        )
     if not site.python:
-        p.append(f"{where}.python: a site reached over SSH needs the path of its Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python")
+        p.append(
+            f"{where}.python: a site reached over SSH needs the path of its Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python"
+        )
     elif not plain_path(site.python):
         p.append(f"{where}.python: {site.python!r} must be an absolute path of letters, digits and _./+,:@%=-")
     return p

@@ -8,7 +8,7 @@ __all__ = ["log_tail"]
 
 
 def log_tail(logfile: Path, lines: int = 5) -> str:
-    """": <the last non-empty lines> (whole log: PATH)", or " (log: PATH)" when there is nothing to show."""
+    """ ": <the last non-empty lines> (whole log: PATH)", or " (log: PATH)" when there is nothing to show."""
     try:
         text = logfile.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:

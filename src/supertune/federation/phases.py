@@ -30,7 +30,9 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
     manifest = read_manifest(checkpoint)
     problems = check_files(checkpoint, manifest)
     if problems:
-        raise UserError(f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again")
+        raise UserError(
+            f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again"
+        )
     return {
         "site": site,
         "round": number,
@@ -45,7 +47,13 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
 
 
 def average_round(
-    fed: FederationConfig, number: int, sites: list[str], checkpoints: list[str], previous: Path, out: Path, receipt: Path
+    fed: FederationConfig,
+    number: int,
+    sites: list[str],
+    checkpoints: list[str],
+    previous: Path,
+    out: Path,
+    receipt: Path,
 ) -> dict:
     """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt."""
     from ..averaging import ServerStep, average_checkpoints, read_average_manifest
@@ -53,7 +61,11 @@ def average_round(
     a = fed.aggregation
     fixed = [s.weight for s in fed.sites]
     weights: str | list[float] = [float(w) for w in fixed] if fixed and fixed[0] is not None else a.weights
-    server = ServerStep(global_model=previous, lr=a.server_lr, momentum=a.server_momentum) if (a.server_lr != 1 or a.server_momentum) else None
+    server = (
+        ServerStep(global_model=previous, lr=a.server_lr, momentum=a.server_momentum)
+        if (a.server_lr != 1 or a.server_momentum)
+        else None
+    )
     started = time.time()
     try:
         manifest = read_average_manifest(out)  # published before a kill could write the receipt

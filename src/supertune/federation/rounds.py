@@ -102,7 +102,9 @@ def run_rounds(fed: FederationConfig, plans: list[SitePlan], root: FederationDir
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
 
 
-def _round_work(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, number: int, previous: Path, base: Path) -> RoundWork:
+def _round_work(
+    fed: FederationConfig, plans: list[SitePlan], root: FederationDir, number: int, previous: Path, base: Path
+) -> RoundWork:
     rd = root.round(number)
     work = RoundWork(number, previous, base if number == 0 else rd.global_model, rd.averaged)
     for plan in plans:
@@ -112,14 +114,18 @@ def _round_work(fed: FederationConfig, plans: list[SitePlan], root: FederationDi
             if not sd.config.is_file():
                 kept = _previous_checkpoint(fed, root, number, plan.site.name)
                 resolved = round_resolution(
-                    site_config_file(root, plan.site.name), round_overrides(fed, plan, number, previous, kept), files_here=not plan.site.login
+                    site_config_file(root, plan.site.name),
+                    round_overrides(fed, plan, number, previous, kept),
+                    files_here=not plan.site.login,
                 )
                 sd.path.mkdir(parents=True, exist_ok=True)
                 sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
             work.train.append(SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained))
         if read_receipt(sd.evaluated) is None:
             sd.path.mkdir(parents=True, exist_ok=True)
-            work.evaluate.append(SiteWork(plan.site, number, site_config_file(root, plan.site.name), sd.path, receipt=sd.evaluated))
+            work.evaluate.append(
+                SiteWork(plan.site, number, site_config_file(root, plan.site.name), sd.path, receipt=sd.evaluated)
+            )
     work.average = number > 0 and read_receipt(rd.averaged) is None
     return work
 

@@ -19,7 +19,9 @@ def federation_dir(fed: FederationConfig, resumed: Path | None, explicit: str | 
     """The directory of this federation: the one resumed, --dir, or runs/<name>."""
     if resumed is not None:
         if explicit and Path(explicit).expanduser().absolute() != resumed:
-            raise UserError(f"--dir: {explicit!r} differs from the federation directory given ({resumed}); give one of them")
+            raise UserError(
+                f"--dir: {explicit!r} differs from the federation directory given ({resumed}); give one of them"
+            )
         return FederationDir(resumed)
     return FederationDir(Path(explicit or Path("runs") / fed.name).expanduser().absolute())
 

@@ -32,12 +32,16 @@ def submit_evaluation(w: SiteWork, model: Path) -> str:
     profile = load_profile(w.site.where, what=f"site {w.name}: where")
     directory = RunDir(w.directory / "evaluate")
     directory.logs.mkdir(parents=True, exist_ok=True)
-    job = evaluation_job(cfg, profile, directory.path, f"{w.name}-eval-r{w.round:03d}", (str(w.config), str(model), str(w.receipt)))
+    job = evaluation_job(
+        cfg, profile, directory.path, f"{w.name}-eval-r{w.round:03d}", (str(w.config), str(model), str(w.receipt))
+    )
     directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
     return submit_script(str(directory.job_script), str(directory.path))
 
 
-def evaluation_job(cfg: RunConfig, profile: ClusterProfile, directory: Path, name: str, args: tuple[str, str, str]) -> JobSpec:
+def evaluation_job(
+    cfg: RunConfig, profile: ClusterProfile, directory: Path, name: str, args: tuple[str, str, str]
+) -> JobSpec:
     """The evaluation job of a site (one process on one node) from its run config and profile;
     `args` are site_eval's (SITE_CONFIG, MODEL_DIR, RECEIPT). Also rendered inside a StreamFlow job."""
     from ..entry import SITE_EVAL

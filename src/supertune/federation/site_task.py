@@ -113,24 +113,38 @@ def _train_run(site: str, number: int, config: Path, start: Path, run: Path, log
         code = train_logged(resolve(config, [model]), run, logfile).exit_code
     else:
         if slurm_allocation() is None:
-            raise UserError(f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment")
+            raise UserError(
+                f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
+            )
         choice, _ = prepare_slurm(resolve(config, [model, "slurm.max_restarts=0"]), str(run))
         code = run_script_here(choice.run.job_script, logfile)
     if code != 0:
-        raise UserError(f"{label}: training stopped (exit code {code}); see {logfile}; the run in {run} resumes when the round runs again")
+        raise UserError(
+            f"{label}: training stopped (exit code {code}); see {logfile}; the run in {run} resumes when the round runs again"
+        )
 
 
 # -- average ----------------------------------------------------------------------------------------
 
 
-def average(federation: Path, number: int, previous: Path, checkpoints: list[tuple[str, Path]], publish: Path, out: Path) -> dict:
+def average(
+    federation: Path, number: int, previous: Path, checkpoints: list[tuple[str, Path]], publish: Path, out: Path
+) -> dict:
     """Average the sites' checkpoints into `publish` (the round's global model in the federation
     directory: this step runs on the federation's machine), and link it into `out` for the evaluations."""
     from .load import load_federation
     from .phases import average_round
 
     fed, _ = load_federation(federation)
-    record = average_round(fed, number, [s for s, _ in checkpoints], [str(c) for _, c in checkpoints], previous, publish, out / "averaged.json")
+    record = average_round(
+        fed,
+        number,
+        [s for s, _ in checkpoints],
+        [str(c) for _, c in checkpoints],
+        previous,
+        publish,
+        out / "averaged.json",
+    )
     link_tree(publish, out / "global-model")
     return record
 
@@ -157,13 +171,17 @@ def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, 
 
     label = f"{site} round {number}"
     if slurm_allocation() is None:
-        raise UserError(f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment")
+        raise UserError(
+            f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
+        )
     directory = RunDir(site_dir / "evaluate")
     directory.logs.mkdir(parents=True, exist_ok=True)
     kept = directory.path / "site.yaml"
     shutil.copyfile(config, kept)
     profile = load_profile(cfg.launch.cluster, what=f"site {site}: where")
-    job = evaluation_job(cfg, profile, directory.path, f"{site}-eval-r{number:03d}", (str(kept), str(model), str(receipt)))
+    job = evaluation_job(
+        cfg, profile, directory.path, f"{site}-eval-r{number:03d}", (str(kept), str(model), str(receipt))
+    )
     directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
     logfile = site_dir / "evaluate.log"
     code = run_script_here(directory.job_script, logfile)
@@ -182,15 +200,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--site", required=True)
     t.add_argument("--round", type=int, required=True)
     t.add_argument("--config", type=Path, required=True, help="the site's resolved run config of this round")
-    t.add_argument("--site-dir", type=Path, required=True, help="the site's stable folder of this round (the run, its log)")
-    t.add_argument("--global-model", type=Path, required=True, help="the global model this round starts from (as StreamFlow staged it)")
+    t.add_argument(
+        "--site-dir", type=Path, required=True, help="the site's stable folder of this round (the run, its log)"
+    )
+    t.add_argument(
+        "--global-model",
+        type=Path,
+        required=True,
+        help="the global model this round starts from (as StreamFlow staged it)",
+    )
     a = sub.add_parser("average")
     a.add_argument("--federation", type=Path, required=True)
     a.add_argument("--round", type=int, required=True)
     a.add_argument("--previous", type=Path, required=True)
-    a.add_argument("--publish", type=Path, required=True, help="where the round's global model goes (federation directory)")
+    a.add_argument(
+        "--publish", type=Path, required=True, help="where the round's global model goes (federation directory)"
+    )
     a.add_argument("--sites", nargs="+", required=True, help="the sites, in the federation's order")
-    a.add_argument("--checkpoint", type=Path, action="append", default=[], help="each site's final checkpoint, in the order of --sites")
+    a.add_argument(
+        "--checkpoint",
+        type=Path,
+        action="append",
+        default=[],
+        help="each site's final checkpoint, in the order of --sites",
+    )
     e = sub.add_parser("evaluate")
     e.add_argument("--site", required=True)
     e.add_argument("--round", type=int, required=True)
@@ -204,13 +237,23 @@ def run(args: argparse.Namespace) -> int:
     out = Path.cwd()
     if args.task == "train":
         record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
-        print(f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified", flush=True)
+        print(
+            f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
+            flush=True,
+        )
     elif args.task == "average":
         if len(args.sites) != len(args.checkpoint):
-            raise UserError(f"--checkpoint: {len(args.checkpoint)} given for {len(args.sites)} sites; give one per site, in their order")
-        record = average(args.federation, args.round, args.previous, list(zip(args.sites, args.checkpoint)), args.publish, out)
+            raise UserError(
+                f"--checkpoint: {len(args.checkpoint)} given for {len(args.sites)} sites; give one per site, in their order"
+            )
+        record = average(
+            args.federation, args.round, args.previous, list(zip(args.sites, args.checkpoint)), args.publish, out
+        )
         print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
     else:
         record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
-        print(f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model", flush=True)
+        print(
+            f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model",
+            flush=True,
+        )
     return 0

@@ -69,18 +69,24 @@ def _base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
 def _site_problems(fed: FederationConfig, site: SiteConfig, cfg: RunConfig) -> list[str]:
     p = []
     if cfg.model.lora.enabled:
-        p.append("model.lora.enabled: a federation averages whole models; LoRA sites are not supported (average adapters with supertune average)")
+        p.append(
+            "model.lora.enabled: a federation averages whole models; LoRA sites are not supported (average adapters with supertune average)"
+        )
     if fed.optimizer_state == "kept" and cfg.distributed.strategy in STRATEGIES_WITH_OWN_OPTIMIZER + ("fsdp",):
         p.append(
             f"optimizer_state: kept carries a torch optimizer's state between rounds, which distributed.strategy="
             f"{cfg.distributed.strategy} does not save as one; use optimizer_state: fresh or distributed.strategy=ddp"
         )
     if cfg.data.streaming and cfg.data.store is None:
-        p.append("data.streaming: each round reads the site's data from a new seed; a stream cannot be reordered that way, use files or a token store")
+        p.append(
+            "data.streaming: each round reads the site's data from a new seed; a stream cannot be reordered that way, use files or a token store"
+        )
     return p
 
 
-def round_overrides(fed: FederationConfig, plan: SitePlan, number: int, global_model: Path, previous_checkpoint: Path | None) -> list[str]:
+def round_overrides(
+    fed: FederationConfig, plan: SitePlan, number: int, global_model: Path, previous_checkpoint: Path | None
+) -> list[str]:
     """The settings the federation decides for a site's run in round `number` (1-based)."""
     site, t = plan.site, plan.config.training
     data_seed = (t.data_seed if t.data_seed is not None else t.seed) + number - 1

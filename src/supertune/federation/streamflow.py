@@ -27,10 +27,10 @@ import yaml
 
 from ..errors import UserError
 from .builtin import FederationError
-from .log_tail import log_tail
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, slurm_service, streamflow_config
 from .layout import FederationDir
 from .load import login_parts, plain_path
+from .log_tail import log_tail
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork, site_config_file
 from .schema import FederationConfig, SiteConfig
@@ -78,7 +78,15 @@ class StreamFlowExecutor:
         for path, data in ((files.workflow, workflow), (files.job, job), (files.streamflow, config)):
             path.write_text(yaml.safe_dump(data, sort_keys=False, width=10**6), encoding="utf-8")
         log.info("round %d: streamflow run %s (%s; log %s)", n, files.streamflow, ", ".join(steps), files.log)
-        argv = [command, "run", str(files.streamflow), "--outdir", str(files.outdir), "--name", f"{self.fed.name}-round-{n:03d}"]
+        argv = [
+            command,
+            "run",
+            str(files.streamflow),
+            "--outdir",
+            str(files.outdir),
+            "--name",
+            f"{self.fed.name}-round-{n:03d}",
+        ]
         # StreamFlow's own temporary files stay in the round's folder; SLURM_CONF and the rest of
         # this environment reach sbatch where StreamFlow runs it (a slurm deployment without ssh).
         offset = files.log.stat().st_size if files.log.is_file() else 0
@@ -106,7 +114,12 @@ class StreamFlowExecutor:
             site_dir, python, env = f"{base}/round-{n:03d}/{site.name}", site.python, {}
             workdir: str | None = f"{base}/streamflow/round-{n:03d}/{site.name}"
         else:
-            site_dir, python, env, workdir = str(self.root.round(n).site(site.name).path), sys.executable, _local_env(), None
+            site_dir, python, env, workdir = (
+                str(self.root.round(n).site(site.name).path),
+                sys.executable,
+                _local_env(),
+                None,
+            )
         services = self._services(site, work, site_dir, python) if site.where != "local" else None
         return SitePlace(site.name, site_dir, python, env, site.login, workdir, services)
 
@@ -167,7 +180,9 @@ class StreamFlowExecutor:
         for w in work.train:
             record = _output(files, f"trained-{w.name}.json", f"{w.label}: training")
             if record.get("site") != w.name or record.get("round") != n or not isinstance(record.get("tokens"), int):
-                raise FederationError(f"{w.label}: {files.outdir / f'trained-{w.name}.json'} is not this site's training receipt of round {n}")
+                raise FederationError(
+                    f"{w.label}: {files.outdir / f'trained-{w.name}.json'} is not this site's training receipt of round {n}"
+                )
             if not w.site.login:
                 # On this machine: checked again here, the checkpoint's files against its manifest.
                 assert w.run is not None
@@ -182,9 +197,13 @@ class StreamFlowExecutor:
             try:
                 manifest = read_average_manifest(work.global_model)
             except ValueError as exc:
-                raise FederationError(f"round {n}: the average reported success, but {work.global_model} is not a published average ({exc})") from None
+                raise FederationError(
+                    f"round {n}: the average reported success, but {work.global_model} is not a published average ({exc})"
+                ) from None
             if record.get("round") != n or len(manifest.inputs) != len(self.fed.sites):
-                raise FederationError(f"round {n}: {files.outdir / 'averaged.json'} does not describe the average in {work.global_model}")
+                raise FederationError(
+                    f"round {n}: {files.outdir / 'averaged.json'} does not describe the average in {work.global_model}"
+                )
             write_receipt(work.averaged, record)
         for w in work.evaluate:
             record = _output(files, f"evaluated-{w.name}.json", f"{w.label}: evaluation")
@@ -226,7 +245,12 @@ class StreamFlowExecutor:
                 try:
                     if not named_jobs(name, via):
                         continue
-                    log.info("round %d: cancelling the SLURM jobs named %s%s", work.number, name, f" at {place.login}" if place.login else "")
+                    log.info(
+                        "round %d: cancelling the SLURM jobs named %s%s",
+                        work.number,
+                        name,
+                        f" at {place.login}" if place.login else "",
+                    )
                     cancel_named(name, via)
                     deadline = time.monotonic() + 300
                     while wait and named_jobs(name, via) and time.monotonic() < deadline:

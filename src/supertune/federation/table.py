@@ -75,7 +75,9 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
 def write_table(fed: FederationConfig, root: FederationDir) -> None:
     from ..rundir import write_json_atomic
 
-    write_json_atomic(root.table_json, {"federation": fed.name, "base": base_losses(fed, root), "rows": table_rows(fed, root)})
+    write_json_atomic(
+        root.table_json, {"federation": fed.name, "base": base_losses(fed, root), "rows": table_rows(fed, root)}
+    )
     root.table_markdown.write_text(table_markdown(fed, root), encoding="utf-8")
     _plot(fed, root)
 
@@ -99,7 +101,14 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
         losses = [base[site.name]] + [r["global"] for r in mine if r["global"] is not None]
         if base[site.name] is not None:
             ax.plot(rounds, losses, "o-", color=color, label=f"{site.name}: global model")
-        ax.plot([r["round"] for r in mine], [r["local_after"] for r in mine], "s--", color=color, alpha=0.7, label=f"{site.name}: after local training")
+        ax.plot(
+            [r["round"] for r in mine],
+            [r["local_after"] for r in mine],
+            "s--",
+            color=color,
+            alpha=0.7,
+            label=f"{site.name}: after local training",
+        )
     ax.set_xlabel("round")
     ax.set_ylabel("eval loss on the site's validation data")
     ax.set_title(f"federation {fed.name}")

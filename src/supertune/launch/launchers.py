@@ -105,41 +105,63 @@ def _srun(p: StepPlan) -> list[object]:
 
 def _torchrun(p: StepPlan) -> list[object]:
     return [
-        *p.python, "-m", "torch.distributed.run",
+        *p.python,
+        "-m",
+        "torch.distributed.run",
         Expand("--nnodes=${SLURM_JOB_NUM_NODES}"),
         f"--nproc-per-node={p.procs_per_node}",
         Expand("--rdzv-id=${SLURM_JOB_ID}" + p.rendezvous_suffix),
         "--rdzv-backend=c10d",
         Expand("--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}"),
         *([f"--max-restarts={p.restarts}"] if p.restarts else []),
-        "-m", p.module, *p.module_args,
+        "-m",
+        p.module,
+        *p.module_args,
     ]
 
 
 def _accelerate(p: StepPlan) -> list[object]:
     return [
-        *p.python, "-m", "accelerate.commands.launch",
-        "--config_file", str(p.run.accelerate_config),
-        "--num_machines", str(p.nodes),
-        "--num_processes", str(p.world_size),
-        "--machine_rank", NODE_RANK,
-        "--main_process_ip", MASTER_ADDR,
-        "--main_process_port", MASTER_PORT,
+        *p.python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(p.run.accelerate_config),
+        "--num_machines",
+        str(p.nodes),
+        "--num_processes",
+        str(p.world_size),
+        "--machine_rank",
+        NODE_RANK,
+        "--main_process_ip",
+        MASTER_ADDR,
+        "--main_process_port",
+        MASTER_PORT,
         *(["--max_restarts", str(p.restarts)] if p.restarts else []),
-        "-m", p.module, *p.module_args,
+        "-m",
+        p.module,
+        *p.module_args,
     ]
 
 
 def _deepspeed(p: StepPlan) -> list[object]:
     return [
-        *p.python, "-m", "deepspeed.launcher.runner",
+        *p.python,
+        "-m",
+        "deepspeed.launcher.runner",
         "--no_ssh",
         "--no_local_rank",  # the worker reads LOCAL_RANK from the environment, not from argv
-        "--node_rank", NODE_RANK,
-        "--hostfile", str(p.run.hostfile),
-        "--master_addr", MASTER_ADDR,
-        "--master_port", MASTER_PORT,
-        "--module", p.module, *p.module_args,
+        "--node_rank",
+        NODE_RANK,
+        "--hostfile",
+        str(p.run.hostfile),
+        "--master_addr",
+        MASTER_ADDR,
+        "--master_port",
+        MASTER_PORT,
+        "--module",
+        p.module,
+        *p.module_args,
     ]
 
 
@@ -147,8 +169,20 @@ LAUNCHERS: dict[str, Launcher] = {
     launcher.name: launcher
     for launcher in (
         Launcher("torchrun", "torchrun on each node, c10d rendezvous on the first", _torchrun),
-        Launcher("accelerate", "accelerate launch on each node, static rendezvous", _accelerate, per_node_values=True, needs=(ACCELERATE_CONFIG,)),
-        Launcher("deepspeed", "the deepspeed launcher on each node over a hostfile, no ssh", _deepspeed, per_node_values=True, needs=(HOSTFILE,)),
+        Launcher(
+            "accelerate",
+            "accelerate launch on each node, static rendezvous",
+            _accelerate,
+            per_node_values=True,
+            needs=(ACCELERATE_CONFIG,),
+        ),
+        Launcher(
+            "deepspeed",
+            "the deepspeed launcher on each node over a hostfile, no ssh",
+            _deepspeed,
+            per_node_values=True,
+            needs=(HOSTFILE,),
+        ),
         Launcher("srun", "srun starts every process, no rendezvous server", _srun, one_task_per_process=True),
     )
 }

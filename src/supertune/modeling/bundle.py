@@ -38,7 +38,9 @@ def write_bundle(directory: Path, cfg: RunConfig, tokenizer: Any) -> list[FileEn
                 r.ref, local_files_only=r.local_files_only, revision=m.revision, trust_remote_code=m.trust_remote_code
             )
         except (OSError, ValueError) as exc:
-            raise UserError(f"model.name_or_path: cannot read the config of {r.ref!r} for the bundle: {first_line(exc)}") from None
+            raise UserError(
+                f"model.name_or_path: cannot read the config of {r.ref!r} for the bundle: {first_line(exc)}"
+            ) from None
         config.save_pretrained(directory / MODEL_DIR)
     files = sorted(p for p in (directory / BUNDLE).rglob("*") if p.is_file())
     return [FileEntry.of(directory, p) for p in files]

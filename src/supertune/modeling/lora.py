@@ -37,7 +37,9 @@ def _check_rank(model: Any, lora: LoraConfig) -> None:
     widths = [
         min(m.in_features, m.out_features)
         for name, m in model.named_modules()
-        if hasattr(m, "in_features") and hasattr(m, "out_features") and (every or name.rsplit(".", 1)[-1] in lora.target_modules)
+        if hasattr(m, "in_features")
+        and hasattr(m, "out_features")
+        and (every or name.rsplit(".", 1)[-1] in lora.target_modules)
     ]
     if widths and lora.r > min(widths):
         raise UserError(

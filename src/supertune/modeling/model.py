@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checkpoints.model_files import check_saved_model, model_config_problems
 from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError, first_line
 from ..hub import resolve_reference
 from .lora import add_lora
-from ..checkpoints.model_files import check_saved_model, model_config_problems
-from .tokenizer import token_id_limit
 from .packed_attention import keep_packed_rows_apart, packed_rows_problem
+from .tokenizer import token_id_limit
 
 __all__ = [
     "build_model",
@@ -78,7 +78,9 @@ def _flash_attention_here() -> bool:
 
     import torch
 
-    return torch.cuda.is_available() and torch.version.hip is None and importlib.util.find_spec("flash_attn") is not None
+    return (
+        torch.cuda.is_available() and torch.version.hip is None and importlib.util.find_spec("flash_attn") is not None
+    )
 
 
 def _model_source(m: ModelConfig) -> tuple[str, dict[str, Any]]:
@@ -89,7 +91,11 @@ def _model_source(m: ModelConfig) -> tuple[str, dict[str, Any]]:
 
         return bundle_model_config(m.bundle), {"local_files_only": True, "trust_remote_code": m.trust_remote_code}
     r = resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
-    return r.ref, {"local_files_only": r.local_files_only, "revision": m.revision, "trust_remote_code": m.trust_remote_code}
+    return r.ref, {
+        "local_files_only": r.local_files_only,
+        "revision": m.revision,
+        "trust_remote_code": m.trust_remote_code,
+    }
 
 
 def context_length(model: Any) -> int:

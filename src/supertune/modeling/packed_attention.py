@@ -27,7 +27,13 @@ from typing import Any
 
 from ..errors import UserError
 
-__all__ = ["MASKED_ATTENTION", "VERIFIED_MODEL_TYPES", "keep_packed_rows_apart", "packed_rows_problem", "varlen_arguments"]
+__all__ = [
+    "MASKED_ATTENTION",
+    "VERIFIED_MODEL_TYPES",
+    "keep_packed_rows_apart",
+    "packed_rows_problem",
+    "varlen_arguments",
+]
 
 # Model types whose per-document logits are those of the documents run alone, with SDPA and eager
 # attention (each entry is built from its config class and checked by tests/test_packing_exact.py).

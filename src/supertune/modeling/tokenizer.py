@@ -43,7 +43,9 @@ def load_tokenizer(cfg: RunConfig) -> Any:
             ref, local_files_only=local_only, trust_remote_code=cfg.model.trust_remote_code, revision=cfg.model.revision
         )
     except (OSError, ValueError) as exc:
-        field = "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        field = (
+            "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        )
         raise UserError(f"{field}: cannot load a tokenizer from {ref!r}: {first_line(exc)}") from None
     if not getattr(tok, "is_fast", False):
         raise UserError(f"model.tokenizer: {ref!r} has no fast (Rust) tokenizer; supertune needs tokenizer.json")
@@ -51,8 +53,12 @@ def load_tokenizer(cfg: RunConfig) -> Any:
         raise UserError(f"model.tokenizer: {ref!r} has no EOS token, which packing puts between documents")
     problem = tokenizer_problem(tok)
     if problem:
-        field = "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
-        raise UserError(f"{field}: the tokenizer of {ref!r} {problem}; give a directory with the tokenizer the model was trained with (tokenizer.json)")
+        field = (
+            "model.bundle" if cfg.model.bundle else "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+        )
+        raise UserError(
+            f"{field}: the tokenizer of {ref!r} {problem}; give a directory with the tokenizer the model was trained with (tokenizer.json)"
+        )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

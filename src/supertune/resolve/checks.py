@@ -26,7 +26,9 @@ def site_problems(cfg: RunConfig, profile: ClusterProfile | None) -> list[str]:
     if gpus > 0 and not profile.gpu_bf16:
         model = profile.gpu_model or "GPUs"
         if t.bf16:
-            problems.append(f"training.bf16: the {model} of cluster {name} have no bf16; use training.fp16=true (mixed precision) or fp32")
+            problems.append(
+                f"training.bf16: the {model} of cluster {name} have no bf16; use training.fp16=true (mixed precision) or fp32"
+            )
         if cfg.model.dtype == "bf16":
             problems.append(f"model.dtype: the {model} of cluster {name} have no bf16; use fp16 or fp32")
     return problems
@@ -43,17 +45,25 @@ def model_file_problems(cfg: RunConfig) -> list[str]:
     model_dir = os.path.expanduser(m.name_or_path) if m.name_or_path and not from_bundle else None
     saved = ("config.json", "adapter_config.json")  # a model, or LoRA adapters that name their base
     if model_dir and os.path.isdir(model_dir) and not any(os.path.isfile(os.path.join(model_dir, f)) for f in saved):
-        p.append(f"model.name_or_path: {m.name_or_path!r} holds no config.json, so it is not a saved model; give the directory a model was saved to")
+        p.append(
+            f"model.name_or_path: {m.name_or_path!r} holds no config.json, so it is not a saved model; give the directory a model was saved to"
+        )
     elif model_dir and os.path.isdir(model_dir):
         damage = model_dir_problems(model_dir, weights=not m.from_config)
         if damage:
             more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
-            p.append(f"model.name_or_path: {m.name_or_path!r} is damaged: {damage[0]}{more}; save or copy the model again")
+            p.append(
+                f"model.name_or_path: {m.name_or_path!r} is damaged: {damage[0]}{more}; save or copy the model again"
+            )
         if m.tokenizer is None and m.bundle is None and not has_tokenizer_files(model_dir):
-            p.append(f"model.name_or_path: {m.name_or_path!r} {NO_TOKENIZER}; set model.tokenizer to the directory of the tokenizer its weights were trained with")
+            p.append(
+                f"model.name_or_path: {m.name_or_path!r} {NO_TOKENIZER}; set model.tokenizer to the directory of the tokenizer its weights were trained with"
+            )
     tokenizer_dir = os.path.expanduser(m.tokenizer) if m.tokenizer not in (None, "train") else None
     if tokenizer_dir and os.path.isdir(tokenizer_dir) and not has_tokenizer_files(tokenizer_dir):
-        p.append(f"model.tokenizer: {m.tokenizer!r} {NO_TOKENIZER}; give the directory a tokenizer was saved to (tokenizer.json)")
+        p.append(
+            f"model.tokenizer: {m.tokenizer!r} {NO_TOKENIZER}; give the directory a tokenizer was saved to (tokenizer.json)"
+        )
     return p
 
 

@@ -78,11 +78,16 @@ def fit_global_batch(cfg: RunConfig, world_size: int) -> RunConfig:
         log.warning(
             "training.global_batch_size: config.yaml's split (%d per process x %d accumulation) was made for another "
             "process count; this run has %d processes: split again",
-            t.per_device_train_batch_size, t.gradient_accumulation_steps, world_size,
+            t.per_device_train_batch_size,
+            t.gradient_accumulation_steps,
+            world_size,
         )
     f = fitted.training
     log.info(
         "global batch %d sequences (training.global_batch_size) = %d per process x %d process(es) x %d accumulation step(s)",
-        f.global_batch_size, f.per_device_train_batch_size, world_size, f.gradient_accumulation_steps,
+        f.global_batch_size,
+        f.per_device_train_batch_size,
+        world_size,
+        f.gradient_accumulation_steps,
     )
     return fitted

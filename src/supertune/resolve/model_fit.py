@@ -28,7 +28,9 @@ def model_fit_problems(cfg: RunConfig) -> list[str]:
         return []
     p: list[str] = []
     d = cfg.data
-    positions = next((values[k] for k in _POSITIONS if isinstance(values.get(k), int) and not isinstance(values.get(k), bool)), None)
+    positions = next(
+        (values[k] for k in _POSITIONS if isinstance(values.get(k), int) and not isinstance(values.get(k), bool)), None
+    )
     key, length = ("data.block_size", d.block_size) if d.packing else ("data.max_length", d.max_length)
     if positions is not None and length is not None and 0 < positions < length:
         p.append(
@@ -38,7 +40,9 @@ def model_fit_problems(cfg: RunConfig) -> list[str]:
     width = values.get("hidden_size", values.get("n_embd", values.get("d_model")))
     lora = cfg.model.lora
     if lora.enabled and isinstance(width, int) and 0 < width < lora.r:
-        p.append(f"model.lora.r: {lora.r} is above the model's width ({width}); a LoRA rank is at most that, usually 4 to 64")
+        p.append(
+            f"model.lora.r: {lora.r} is above the model's width ({width}); a LoRA rank is at most that, usually 4 to 64"
+        )
     return p
 
 
@@ -51,7 +55,10 @@ def _model_values(cfg: RunConfig) -> dict[str, Any] | None:
         # The embedded tiny Llama: its sizes are plain numbers (supertune.embedded.model imports nothing).
         from ..embedded.model import default_model_config
 
-        return {**default_model_config(vocab_size=0, bos_token_id=0, eos_token_id=0, pad_token_id=0), **m.config_overrides}
+        return {
+            **default_model_config(vocab_size=0, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+            **m.config_overrides,
+        }
     path = os.path.join(os.path.expanduser(m.name_or_path), "config.json")
     try:
         with open(path, encoding="utf-8") as f:

@@ -27,7 +27,9 @@ def resolution_record(resolution: Resolution) -> dict[str, Any]:
         "order": ORDER,
         "layers": ["default"] + [layer.name for layer in resolution.layers],
         "profile": profile,
-        "config_files": [_file(path) for layer in resolution.layers if not layer.name.startswith("profile ") for path in layer.files],
+        "config_files": [
+            _file(path) for layer in resolution.layers if not layer.name.startswith("profile ") for path in layer.files
+        ],
         "overrides": list(resolution.overrides),
         "origins": resolution.origins(),
     }

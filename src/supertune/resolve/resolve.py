@@ -123,7 +123,10 @@ def _planned_global_batch(cfg: RunConfig, profile: ClusterProfile | None, proble
     t = cfg.training
     if t.global_batch_size is None or t.global_batch_size <= 0 or t.per_device_train_batch_size <= 0:
         return cfg  # nothing to split, or a value config_problems reports
-    if not (within_range("training.global_batch_size", t.global_batch_size) and within_range("training.per_device_train_batch_size", t.per_device_train_batch_size)):
+    if not (
+        within_range("training.global_batch_size", t.global_batch_size)
+        and within_range("training.per_device_train_batch_size", t.per_device_train_batch_size)
+    ):
         return cfg  # past its bound: reported by config_problems (and the split would search that far)
     try:
         return with_global_batch(cfg, max(1, planned_world_size(cfg, profile)))

@@ -94,7 +94,9 @@ def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutco
     if cfg.launch.nproc > 1 and not launch_environment().distributed:
         from ..subprocesses import run_foreground
 
-        _warn_threads(cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), lambda line: print(line, file=sys.stderr, flush=True))
+        _warn_threads(
+            cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), lambda line: print(line, file=sys.stderr, flush=True)
+        )
         return _outcome(run, run_foreground(_argv(cfg, run)))
     from ..train.logging_setup import setup_logging
     from ..train.run import run_training
@@ -104,7 +106,9 @@ def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutco
     return LocalOutcome(run, 0, summary, summary if summary.get("stopped") else None)
 
 
-def train_logged(resolution: Resolution, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None) -> LocalOutcome:
+def train_logged(
+    resolution: Resolution, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None
+) -> LocalOutcome:
     """Train the run in `run_dir` (new, or resumed unless `no_resume`) in processes of their own, their
     output appended to `log`: one training worker, or torchrun's. A run found finished is not started.
     The processes die with this one (a killed federation leaves no training behind)."""
@@ -132,7 +136,11 @@ def summary_lines(summary: dict, run: RunDir) -> list[str]:
         f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
         + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
         f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
-        + (f" (resumed at step {summary['resumed_from_step']}; " if summary.get("resumed_from_step") is not None else " (")
+        + (
+            f" (resumed at step {summary['resumed_from_step']}; "
+            if summary.get("resumed_from_step") is not None
+            else " ("
+        )
         + f"{summary['train_runtime_s']:.1f} s of training in this process, {summary['tokens_per_second']:.0f} tokens/s)",
         f"model saved to {run.model}" if run.model.exists() else "model not saved (output.save_model=false)",
     ]

@@ -39,7 +39,9 @@ def choose_run_dir(run_dir: str | None, resolution: Any, no_resume: bool) -> Run
 
     run = RunDir(Path(run_dir).expanduser().absolute())
     if no_resume:
-        raise UserError(f"--run-dir: {str(run.path)!r} already holds a run and --no-resume was given; choose a new directory")
+        raise UserError(
+            f"--run-dir: {str(run.path)!r} already holds a run and --no-resume was given; choose a new directory"
+        )
     # The run's config as it was resolved when the run was made: no layer is applied to it again.
     differences = config_differences(load_saved_config(run.config), cfg)
     if differences:
@@ -48,10 +50,16 @@ def choose_run_dir(run_dir: str | None, resolution: Any, no_resume: bool) -> Run
             f"({'; '.join(differences)}); use the run's own settings (its config.yaml) or a new --run-dir"
         )
     if run.summary.exists():
-        return RunDirChoice(run, resumed=False, finished=True, message=f"the run in {run.path} has already finished; nothing to resume")
+        return RunDirChoice(
+            run, resumed=False, finished=True, message=f"the run in {run.path} has already finished; nothing to resume"
+        )
     if run.config.read_text(encoding="utf-8") != config_text:
         run.config.write_text(config_text, encoding="utf-8")  # only keys a resumed run may change differ
         write_resolution(run, resolution)
     latest = CheckpointDir(run.checkpoints).latest()
-    start = f"its latest good checkpoint ({latest.name} is the newest)" if latest else "the start (no checkpoint was saved yet)"
+    start = (
+        f"its latest good checkpoint ({latest.name} is the newest)"
+        if latest
+        else "the start (no checkpoint was saved yet)"
+    )
     return RunDirChoice(run, resumed=True, finished=False, message=f"resuming the run in {run.path} from {start}")

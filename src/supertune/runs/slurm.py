@@ -42,7 +42,9 @@ class SlurmStart:
         return self.choice.run
 
 
-def prepare_slurm(resolution: Resolution, run_dir: str | None, run_dir_field: str = "--run-dir", no_resume: bool = False) -> tuple[RunDirChoice, str | None]:
+def prepare_slurm(
+    resolution: Resolution, run_dir: str | None, run_dir_field: str = "--run-dir", no_resume: bool = False
+) -> tuple[RunDirChoice, str | None]:
     """The run directory with its job script (and the launcher's files) written, nothing submitted;
     the script is None when the run has finished."""
     from ..slurm.jobs import prepare_job
@@ -118,4 +120,3 @@ def run_script_here(script: Path, log: Path) -> int:
     from ..subprocesses import run_logged
 
     return run_logged(["bash", str(script)], log)
-

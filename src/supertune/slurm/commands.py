@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from ..errors import UserError
 from ..subprocesses import run_captured
 
-__all__ = ["JobState", "submit_script", "job_state", "cancel_job", "requeue_job", "cancel_named", "named_jobs", "FINISHED_STATES"]
+__all__ = [
+    "JobState",
+    "submit_script",
+    "job_state",
+    "cancel_job",
+    "requeue_job",
+    "cancel_named",
+    "named_jobs",
+    "FINISHED_STATES",
+]
 
 FINISHED_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}

@@ -114,7 +114,9 @@ def job_spec(cfg: RunConfig, profile: ClusterProfile, run_dir: str, python: str)
         signal_lead=slurm.signal_lead,
         max_restarts=slurm.max_restarts,
         launcher_restarts=la.max_restarts,
-        preflight=tuple(preflight_arguments(slurm.preflight_gbps, str(RunDir(run_dir).preflight_report), slurm.preflight_max_size))
+        preflight=tuple(
+            preflight_arguments(slurm.preflight_gbps, str(RunDir(run_dir).preflight_report), slurm.preflight_max_size)
+        )
         if slurm.preflight
         else None,
     )

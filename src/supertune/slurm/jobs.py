@@ -29,7 +29,9 @@ class JobRecord:
     submitted_at: float
 
 
-def render_job(cfg: RunConfig, profile: ClusterProfile, run_dir: str, run_dir_field: str = "--run-dir") -> tuple[JobSpec, str]:
+def render_job(
+    cfg: RunConfig, profile: ClusterProfile, run_dir: str, run_dir_field: str = "--run-dir"
+) -> tuple[JobSpec, str]:
     """The job and its script for a run in `run_dir`, writing nothing: a run directory the script
     cannot hold fails here (UserError naming `run_dir_field`) before any directory exists."""
     job = job_spec(cfg, profile, run_dir, sys.executable)
@@ -43,7 +45,9 @@ def prepare_job(cfg: RunConfig, profile: ClusterProfile, run: RunDir) -> tuple[J
     run.job_script.write_text(script, encoding="utf-8")
     if ACCELERATE_CONFIG in get_launcher(job.launcher).needs:
         precision = "bf16" if cfg.training.bf16 else "fp16" if cfg.training.fp16 else "no"
-        run.accelerate_config.write_text(accelerate_config(job.step_plan(container_words(profile)), precision), encoding="utf-8")
+        run.accelerate_config.write_text(
+            accelerate_config(job.step_plan(container_words(profile)), precision), encoding="utf-8"
+        )
     return job, script
 
 

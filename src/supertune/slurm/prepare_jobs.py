@@ -20,7 +20,9 @@ MERGE_SCRIPT = "merge.sbatch"
 JOBS_FILE = "jobs.jsonl"
 
 
-def prepare_job(cfg: RunConfig, profile: ClusterProfile, out: Path, work: Path, parts: int, cpus: int | None) -> PrepareJob:
+def prepare_job(
+    cfg: RunConfig, profile: ClusterProfile, out: Path, work: Path, parts: int, cpus: int | None
+) -> PrepareJob:
     """Scheduler settings as for a training job of this config (run config over profile); one node per task."""
     spec = job_spec(cfg, profile, str(work), sys.executable)
     return PrepareJob(
@@ -59,5 +61,10 @@ def submit_prepare(job: PrepareJob, scripts: PreparePlan, cluster: str) -> tuple
     options = (f"--dependency=afterok:{array_id}",) if array_id else ()
     merge_id = submit_script(str(work / MERGE_SCRIPT), str(work), options)
     with (work / JOBS_FILE).open("a", encoding="utf-8") as f:
-        f.write(json.dumps({"array_job_id": array_id, "merge_job_id": merge_id, "cluster": cluster, "submitted_at": time.time()}) + "\n")
+        f.write(
+            json.dumps(
+                {"array_job_id": array_id, "merge_job_id": merge_id, "cluster": cluster, "submitted_at": time.time()}
+            )
+            + "\n"
+        )
     return array_id, merge_id

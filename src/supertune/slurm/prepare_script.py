@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
 from ..entry import PREPARE_ARRAY, entry_words
-from .script import comment, container_words, directives, env_name, modules_section, site_options  # one rule for both scripts
+from .script import (
+    comment,
+    container_words,
+    directives,
+    env_name,
+    modules_section,
+    site_options,
+)  # one rule for both scripts
 from .shell import Expand, env_value, join, sbatch_value, slurm_filename
 
 __all__ = ["PrepareJob", "render_array_script", "render_merge_script"]
@@ -49,7 +56,13 @@ def render_array_script(job: PrepareJob, profile: ClusterProfile, tasks: list[in
     header = _header(job, "tokenizing, one array task per part", [("array", _array_spec(tasks))], "%x-%A_%a")
     step = [
         f"# Part $SLURM_ARRAY_TASK_ID of {job.parts}; a finished part is skipped",
-        join([*container_words(profile), job.python, *entry_words(PREPARE_ARRAY, ["--part", Expand("${SLURM_ARRAY_TASK_ID}"), "--work", job.work])]),
+        join(
+            [
+                *container_words(profile),
+                job.python,
+                *entry_words(PREPARE_ARRAY, ["--part", Expand("${SLURM_ARRAY_TASK_ID}"), "--work", job.work]),
+            ]
+        ),
     ]
     return _script(header, job, profile, "\n".join(step))
 
@@ -111,4 +124,3 @@ def _environment(job: PrepareJob, profile: ClusterProfile) -> str:
         f"export RAYON_NUM_THREADS={job.cpus}",
     ]
     return "\n".join(lines)
-

@@ -16,7 +16,16 @@ from ..rundir import STOP_REQUEST_FILE, STOPPED_FILE, SUMMARY_FILE, RunDir
 from .job import JobSpec
 from .shell import Expand, env_value, join, quote, sbatch_value, slurm_filename
 
-__all__ = ["render_sbatch", "container_words", "modules_section", "env_name", "comment", "site_options", "directives", "step_words"]
+__all__ = [
+    "render_sbatch",
+    "container_words",
+    "modules_section",
+    "env_name",
+    "comment",
+    "site_options",
+    "directives",
+    "step_words",
+]
 
 
 def render_sbatch(job: JobSpec, profile: ClusterProfile, run_dir_field: str = "--run-dir") -> str:
@@ -62,7 +71,9 @@ def _header(job: JobSpec, run_dir_field: str) -> str:
     return "\n".join(lines)
 
 
-def site_options(time: str, partition: str | None, account: str | None, qos: str | None, mem: str | None) -> list[tuple[str, object | None]]:
+def site_options(
+    time: str, partition: str | None, account: str | None, qos: str | None, mem: str | None
+) -> list[tuple[str, object | None]]:
     """The scheduler's limits and accounting (slurm.* over the profile), quoted, as (option, value)."""
     return [
         ("time", sbatch_value("slurm.time", time)),
@@ -149,7 +160,7 @@ def _rendezvous(job: JobSpec) -> str:
         ]
     lines.append(
         'echo "supertune: job ${SLURM_JOB_ID} on ${SLURM_JOB_NUM_NODES} node(s), '
-        f'{job.world_size} processes ({job.launcher}), master ${{MASTER_ADDR}}:${{MASTER_PORT}}, '
+        f"{job.world_size} processes ({job.launcher}), master ${{MASTER_ADDR}}:${{MASTER_PORT}}, "
         'restart ${SLURM_RESTART_COUNT:-0}"'
     )
     return "\n".join(lines)
@@ -180,12 +191,19 @@ def _srun_line(job: JobSpec, words: list[object]) -> str:
     """srun of `words` on every task of the job (under `bash -c` on each node when the launcher needs per-node values)."""
     # --cpus-per-task again: srun of Slurm 22.05 to 23.02 does not take it over from the job, and
     # would confine each launcher agent and all of its processes to one core.
-    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={job.tasks_per_node}", f"--cpus-per-task={job.cpus_per_task}"]
+    srun = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        f"--ntasks-per-node={job.tasks_per_node}",
+        f"--cpus-per-task={job.cpus_per_task}",
+    ]
     if get_launcher(job.launcher).per_node_values:
         # Per-node values ($SLURM_NODEID) must expand on each node, not in this batch shell.
         return (
             "# shellcheck disable=SC2016  # the ${...} in single quotes expand in bash -c on each node\n"
-            + join(srun) + " bash -c " + quote("exec " + join(words))
+            + join(srun)
+            + " bash -c "
+            + quote("exec " + join(words))
         )
     return join(srun + words)
 

@@ -70,5 +70,7 @@ def slurm_filename(field: str, path: str) -> str:
     log would not be named after the job: refused.
     """
     if "\\" in path:
-        raise UserError(f"{field}: {path!r} contains a backslash, which Slurm's log file names cannot hold; choose another directory")
+        raise UserError(
+            f"{field}: {path!r} contains a backslash, which Slurm's log file names cannot hold; choose another directory"
+        )
     return path.replace("%", "%%")

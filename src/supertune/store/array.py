@@ -58,14 +58,21 @@ class ArrayPlan:
     """[path, size, mtime_ns] of every source file (or the hub dataset's name): a changed file makes finished parts stale."""
 
     def same_work(self, other: ArrayPlan) -> bool:
-        return (self.out, self.parts, self.config_sha256, self.sources) == (other.out, other.parts, other.config_sha256, other.sources)
+        return (self.out, self.parts, self.config_sha256, self.sources) == (
+            other.out,
+            other.parts,
+            other.config_sha256,
+            other.sources,
+        )
 
 
 def work_dir(out: Path) -> Path:
     return out.with_name(out.name + ".prepare")
 
 
-def plan_array(cfg: RunConfig, config_text: str, out: Path, parts: int, shard_tokens: int, bundle: bool, force: bool) -> Path:
+def plan_array(
+    cfg: RunConfig, config_text: str, out: Path, parts: int, shard_tokens: int, bundle: bool, force: bool
+) -> Path:
     """Create (or take up again) the work directory of an array prepare; returns it.
 
     A work directory of the same plan is reused with its finished parts; one of another plan is
@@ -103,7 +110,11 @@ def run_part(work: Path, index: int) -> None:
         raise UserError(f"--part: {index} is not a part of this plan (0 to {plan.parts - 1})")
     final = _part_dir(work, index)
     if (final / DONE).is_file():
-        print(f"supertune: prepare: part {index} of {plan.parts} is finished already; skipped", file=sys.stderr, flush=True)
+        print(
+            f"supertune: prepare: part {index} of {plan.parts} is finished already; skipped",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     cfg = _load_config(work)
     tokenizer = load_tokenizer(cfg)
@@ -118,6 +129,7 @@ def run_part(work: Path, index: int) -> None:
             n = len(rows)
             piece = rows.select(range(index * n // plan.parts, (index + 1) * n // plan.parts))
             with open(tmp / f"{name}.bin", "wb") as ids, open(tmp / f"{name}.len", "wb") as lengths:
+
                 def sink(flat: np.ndarray, doc_lengths: np.ndarray, ids=ids, lengths=lengths) -> None:
                     ids.write(flat.astype(dtype).tobytes())
                     lengths.write(doc_lengths.astype("<i8").tobytes())
@@ -154,7 +166,9 @@ def merge_parts(work: Path) -> tuple[Path, Manifest]:
     store_plan = StorePlan.of(cfg, tokenizer, plan.bundle)
     for i in range(plan.parts):
         if json.loads((_part_dir(work, i) / DONE).read_text())["tokenizer"] != store_plan.tokenizer:
-            raise UserError(f"--merge: part {i} was tokenized with another tokenizer than the merge loads; run prepare --submit --force")
+            raise UserError(
+                f"--merge: part {i} was tokenized with another tokenizer than the merge loads; run prepare --submit --force"
+            )
 
     def fill(tmp: Path) -> Manifest:
         splits, counts = {}, {}
@@ -180,7 +194,9 @@ def _copy_part(part: Path, name: str, dtype: np.dtype, writer: SplitWriter) -> N
         return
     ids = np.memmap(part / f"{name}.bin", dtype=dtype, mode="r")
     if int(lengths.sum()) != len(ids):
-        raise UserError(f"--merge: {part / (name + '.bin')} does not hold the tokens its lengths say (damaged); delete {part} and submit again")
+        raise UserError(
+            f"--merge: {part / (name + '.bin')} does not hold the tokens its lengths say (damaged); delete {part} and submit again"
+        )
     ends = np.cumsum(lengths)
     first, start = 0, 0
     while first < len(lengths):
@@ -210,8 +226,8 @@ def _load_config(work: Path) -> RunConfig:
 
 
 def _source_stats(cfg: RunConfig) -> list[list[Any]]:
-    from ..file_formats import expand_files
     from ..documents.sources import training_files, validation_files
+    from ..file_formats import expand_files
 
     d = cfg.data
     if d.dataset_name:
@@ -222,4 +238,3 @@ def _source_stats(cfg: RunConfig) -> list[list[Any]]:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-

@@ -26,7 +26,9 @@ def add_arguments(p: argparse.ArgumentParser, hidden: bool = False) -> None:
 
     p.add_argument("--part", type=int, metavar="I", help=help_("(the array job) tokenize part I of --work"))
     p.add_argument("--work", metavar="DIR", help=help_("(the array job) the work directory of a prepare --submit"))
-    p.add_argument("--merge", metavar="WORK", help=help_("(the merge job) merge the finished parts of WORK into the store"))
+    p.add_argument(
+        "--merge", metavar="WORK", help=help_("(the merge job) merge the finished parts of WORK into the store")
+    )
 
 
 def is_array_task(args: argparse.Namespace) -> bool:

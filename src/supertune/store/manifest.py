@@ -127,7 +127,9 @@ def read_manifest(directory: Path) -> Manifest:
     """The manifest of a store, or a UserError naming what is wrong with it."""
     path = directory / MANIFEST
     if not path.is_file():
-        raise UserError(f"data.store: {str(directory)!r} is not a token store (no {MANIFEST}); make one with supertune prepare CONFIG --out DIR")
+        raise UserError(
+            f"data.store: {str(directory)!r} is not a token store (no {MANIFEST}); make one with supertune prepare CONFIG --out DIR"
+        )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -142,7 +144,9 @@ def read_manifest(directory: Path) -> Manifest:
     try:
         return _from_dict(raw)
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"data.store: {path} is incomplete or malformed ({type(exc).__name__}: {exc}); run supertune prepare again") from None
+        raise UserError(
+            f"data.store: {path} is incomplete or malformed ({type(exc).__name__}: {exc}); run supertune prepare again"
+        ) from None
 
 
 def _from_dict(raw: dict[str, Any]) -> Manifest:

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from ..config.schema import DataConfig
-from ..file_formats import expand_files
 from ..errors import UserError
+from ..file_formats import expand_files
 from ..file_table import sha256_file
 from .manifest import SourceFile
 
@@ -32,7 +32,9 @@ def _source(path: str) -> SourceFile:
     try:
         return SourceFile(os.path.basename(path), os.path.getsize(path), sha256_file(Path(path)))
     except OSError as exc:
-        raise UserError(f"data: cannot read {path!r} to record its sha256 in the store: {exc.strerror or exc}") from None
+        raise UserError(
+            f"data: cannot read {path!r} to record its sha256 in the store: {exc.strerror or exc}"
+        ) from None
 
 
 def _hub_paths(d: DataConfig) -> dict[str, list[str]]:
@@ -43,4 +45,6 @@ def _hub_paths(d: DataConfig) -> dict[str, list[str]]:
     loaded = load_hub_dataset(d)
     chosen = validation_split_name(d, list(loaded))  # data.validation_split: the split training evaluates on
     splits = {"train": "train", **({"validation": chosen} if chosen else {})}
-    return {name: [c["filename"] for c in loaded[split].cache_files] for name, split in splits.items() if split in loaded}
+    return {
+        name: [c["filename"] for c in loaded[split].cache_files] for name, split in splits.items() if split in loaded
+    }

@@ -26,7 +26,10 @@ def check_store(directory: Path, hashes: bool) -> Manifest:
     manifest = read_manifest(directory)
     for name, split in manifest.splits.items():
         if sum(sh.tokens for sh in split.shards) != split.tokens:
-            _bad(directory, f"the {name} shards hold {sum(sh.tokens for sh in split.shards)} tokens, the manifest says {split.tokens}")
+            _bad(
+                directory,
+                f"the {name} shards hold {sum(sh.tokens for sh in split.shards)} tokens, the manifest says {split.tokens}",
+            )
     for entry, width in manifest.files():
         path = directory / entry.file
         if Path(entry.file).is_absolute() or ".." in Path(entry.file).parts:
@@ -38,7 +41,7 @@ def check_store(directory: Path, hashes: bool) -> Manifest:
             _bad(directory, f"{entry.file} has {size} bytes, the manifest says {entry.size} (truncated or overwritten)")
         if hasattr(entry, "tokens") and entry.tokens * width != size:
             _bad(directory, f"{entry.file} has {size} bytes, not {entry.tokens} tokens of {width} bytes")
-    for name, split in manifest.splits.items():
+    for split in manifest.splits.values():
         if split.offsets.size != (split.documents + 1) * 8:
             _bad(directory, f"{split.offsets.file} should hold {split.documents + 1} offsets")
     if hashes:
@@ -52,7 +55,10 @@ def _check_hashes(directory: Path, manifest: Manifest) -> None:
     digests = sha256_files([directory / e.file for e in entries], max_threads=4)
     for entry, digest in zip(entries, digests):
         if digest != entry.sha256:
-            _bad(directory, f"{entry.file} has sha256 {digest[:12]}..., the manifest says {entry.sha256[:12]}... (corrupted)")
+            _bad(
+                directory,
+                f"{entry.file} has sha256 {digest[:12]}..., the manifest says {entry.sha256[:12]}... (corrupted)",
+            )
 
 
 def _check_offsets(directory: Path, manifest: Manifest) -> None:
@@ -82,7 +88,8 @@ def check_matches(manifest: Manifest, directory: Path, d: DataConfig, tokenizer:
             diffs.append(f"data.{key}={stored!r}, the run's is {wanted!r}")
     if diffs:
         raise UserError(
-            f"data.store: {directory} was prepared with " + "; ".join(diffs)
+            f"data.store: {directory} was prepared with "
+            + "; ".join(diffs)
             + "; run supertune prepare again with this run config, or use the store's settings"
         )
 

@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..config.schema import RunConfig
-from ..documents.encoding import iter_row_batches, render_texts
 from ..documents.encode_threads import encode_in_threads
+from ..documents.encoding import iter_row_batches, render_texts
 from ..documents.sample_checks import check_rows
 from ..errors import UserError
 from ..file_table import FileEntry
@@ -42,7 +42,17 @@ from .manifest import (
 )
 from .progress import Progress
 
-__all__ = ["DEFAULT_SHARD_TOKENS", "SplitWriter", "StorePlan", "check_target", "finish_file", "id_dtype", "prepare_store", "tokenize_rows", "write_store"]
+__all__ = [
+    "DEFAULT_SHARD_TOKENS",
+    "SplitWriter",
+    "StorePlan",
+    "check_target",
+    "finish_file",
+    "id_dtype",
+    "prepare_store",
+    "tokenize_rows",
+    "write_store",
+]
 
 # Tokens per shard: 2^28 ids are 512 MiB as uint16, 1 GiB as uint32; big enough that a large store
 # has few files, small enough to copy, hash and re-send one at a time.
@@ -120,7 +130,12 @@ def finish_file(handle: BinaryIO) -> None:
 
 
 def prepare_store(
-    cfg: RunConfig, tokenizer: Any, out: Path, shard_tokens: int = DEFAULT_SHARD_TOKENS, force: bool = False, bundle: bool = False
+    cfg: RunConfig,
+    tokenizer: Any,
+    out: Path,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    force: bool = False,
+    bundle: bool = False,
 ) -> Manifest:
     """Tokenize cfg's data into a store at `out` in this process; returns its manifest."""
     from ..documents.sources import load_raw_splits
@@ -183,16 +198,22 @@ class StorePlan:
     def sources(self) -> dict[str, list[SourceFile]]:
         return self.hashing.result()
 
-    def manifest(self, tmp: Path, cfg: RunConfig, tokenizer: Any, splits: dict[str, SplitEntry], counts: dict[str, np.ndarray]) -> Manifest:
+    def manifest(
+        self, tmp: Path, cfg: RunConfig, tokenizer: Any, splits: dict[str, SplitEntry], counts: dict[str, np.ndarray]
+    ) -> Manifest:
         """Check the splits, write the bundle (when asked) and the manifest into `tmp`."""
         from ..embedded.baseline import unigram_perplexity_from_counts
         from ..modeling.bundle import write_bundle
 
         d = cfg.data
         if not splits["train"].tokens:
-            raise UserError(f"data: no training text found in column {d.text_field!r}; check data.text_field and the files")
+            raise UserError(
+                f"data: no training text found in column {d.text_field!r}; check data.text_field and the files"
+            )
         if not splits["validation"].tokens:
-            raise UserError("data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage")
+            raise UserError(
+                "data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage"
+            )
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
@@ -225,7 +246,9 @@ def write_store(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
     return manifest
 
 
-def tokenize_rows(rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.ndarray, np.ndarray], None], name: str) -> np.ndarray:
+def tokenize_rows(
+    rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.ndarray, np.ndarray], None], name: str
+) -> np.ndarray:
     """Render and tokenize rows in batches on every core (documents/encode_threads.py), giving each batch's
     documents to `sink` in order as (concatenated ids, lengths); returns the unigram counts of the split."""
     # The libraries loaded so far (transformers, torch, datasets: about 250,000 objects) stay out of
@@ -237,7 +260,10 @@ def tokenize_rows(rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.
     counts = np.zeros(vocab, dtype=np.int64)
     total = len(rows) if hasattr(rows, "__len__") else None
     progress = Progress(name, total)
-    batches = ((_row_count(batch), render_texts(batch, cfg.data)) for batch in _first_checked(iter_row_batches(rows), cfg, name))
+    batches = (
+        (_row_count(batch), render_texts(batch, cfg.data))
+        for batch in _first_checked(iter_row_batches(rows), cfg, name)
+    )
     for row_count, flat, lengths in encode_in_threads(batches, tokenizer, cfg.data.add_eos):
         sink(flat, lengths)
         counts += np.bincount(flat, minlength=vocab)
@@ -289,7 +315,11 @@ def check_target(out: Path, force: bool) -> None:
     if not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory; choose another path")
     if any(out.iterdir()) and not (force and (out / "manifest.json").is_file()):
-        hint = "pass --force to replace the store" if (out / "manifest.json").is_file() else "choose an empty or new directory"
+        hint = (
+            "pass --force to replace the store"
+            if (out / "manifest.json").is_file()
+            else "choose an empty or new directory"
+        )
         raise UserError(f"--out: {out} is not empty; {hint}")
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["figure_losses", "figure_per_device", "figure_run_curves", "figure_run_throughput", "figure_speedup", "run_plots", "scaling_plots"]
+__all__ = [
+    "figure_losses",
+    "figure_per_device",
+    "figure_run_curves",
+    "figure_run_throughput",
+    "figure_speedup",
+    "run_plots",
+    "scaling_plots",
+]
 
 
 def _pyplot() -> Any:
@@ -141,7 +149,9 @@ def figure_run_throughput(run: Any) -> Any:
     has_mfu = any("mfu" in r for r in records)
     fig, axes = plt.subplots(2 if has_mfu else 1, 1, figsize=(6.5, 5.5 if has_mfu else 3.5), sharex=True, squeeze=False)
     ax = axes[0][0]
-    ax.plot([r["step"] for r in records], [r["throughput_tokens_per_s"] for r in records], "o-", color="C0", markersize=3)
+    ax.plot(
+        [r["step"] for r in records], [r["throughput_tokens_per_s"] for r in records], "o-", color="C0", markersize=3
+    )
     ax.set_ylabel("tokens/s (all devices)")
     ax.set_title(f"{run.run.path.name}: throughput per logging interval")
     ax.grid(alpha=0.3)

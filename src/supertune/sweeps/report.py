@@ -43,7 +43,9 @@ class RunResult:
 
     @property
     def label(self) -> str:
-        return f"{self.devices} device{'s' if self.devices != 1 else ''}" + (f", {self.nodes} nodes" if self.nodes > 1 else "")
+        return f"{self.devices} device{'s' if self.devices != 1 else ''}" + (
+            f", {self.nodes} nodes" if self.nodes > 1 else ""
+        )
 
     @property
     def per_device_batch(self) -> int:
@@ -92,11 +94,15 @@ def load_runs(paths: list[str]) -> tuple[list[RunResult], str | None, str]:
     if len(paths) == 1 and (Path(paths[0]) / SWEEP_FILE).exists():
         sweep = read_sweep(paths[0])
         runs = [_load(sweep.run_path(r), r.devices, r.nodes) for r in sweep.runs]
-        title = f"{sweep.path.name}: {sweep.mode} sweep, --keep {sweep.keep}" + (f", cluster {sweep.cluster}" if sweep.cluster else "")
+        title = f"{sweep.path.name}: {sweep.mode} sweep, --keep {sweep.keep}" + (
+            f", cluster {sweep.cluster}" if sweep.cluster else ""
+        )
         return runs, sweep.scaling, title
     missing = [p for p in paths if not holds_run(Path(p))]
     if missing:
-        raise UserError(f"RUN_DIR: {', '.join(map(repr, missing))} holds no run (config.yaml) nor a sweep ({SWEEP_FILE})")
+        raise UserError(
+            f"RUN_DIR: {', '.join(map(repr, missing))} holds no run (config.yaml) nor a sweep ({SWEEP_FILE})"
+        )
     runs = sorted((_load(Path(p)) for p in paths), key=lambda r: (r.devices, str(r.run.path)))
     return runs, _inferred_scaling(runs), ", ".join(r.run.path.name for r in runs)
 

@@ -60,7 +60,12 @@ def split_batch(global_batch: int, devices: int, most_per_device: int) -> tuple[
 
 
 def plan_scales(
-    devices: list[int], per_node: int | None, per_device_batch: int, accumulation: int, keep: str, global_batch: int | None = None
+    devices: list[int],
+    per_node: int | None,
+    per_device_batch: int,
+    accumulation: int,
+    keep: str,
+    global_batch: int | None = None,
 ) -> list[Scale]:
     """The runs of a sweep, smallest first; one UserError lists every scale that cannot be planned.
 
@@ -80,7 +85,9 @@ def plan_scales(
         if per_node is not None and n > per_node:
             if n % per_node:
                 below, above = n // per_node * per_node, (n // per_node + 1) * per_node
-                problems.append(f"{n} devices: nodes hold {per_node}, so {n} is not a whole number of nodes (use {below} or {above})")
+                problems.append(
+                    f"{n} devices: nodes hold {per_node}, so {n} is not a whole number of nodes (use {below} or {above})"
+                )
                 continue
             nodes, on_node = n // per_node, per_node
         if keep == "global-batch":

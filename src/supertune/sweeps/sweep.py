@@ -102,7 +102,9 @@ class PlannedScale:
     """The scale's own overrides (after the user's): processes, nodes and batch."""
 
 
-def plan_sweep(config: str | None, overrides: list[str], devices: list[int], keep: str, cluster: str | None) -> list[PlannedScale]:
+def plan_sweep(
+    config: str | None, overrides: list[str], devices: list[int], keep: str, cluster: str | None
+) -> list[PlannedScale]:
     """Every scale's resolved config; one UserError names every scale that cannot run."""
     from ..resolve import resolve
 
@@ -121,12 +123,17 @@ def plan_sweep(config: str | None, overrides: list[str], devices: list[int], kee
 
         spec = job_spec(base.config, profile or ClusterProfile(), run_dir="", python="")
         gpus, per_node = spec.gpus_per_node, spec.procs_per_node
-    scales = plan_scales(devices, per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, keep, global_batch)
+    scales = plan_scales(
+        devices, per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, keep, global_batch
+    )
     planned, problems = [], []
     for scale in scales:
         extra = _scale_overrides(scale, cluster is not None, gpu_nodes=gpus > 0)
         if keep == "global-batch" and not global_batch:
-            extra += [f"training.per_device_train_batch_size={scale.per_device_batch}", f"training.gradient_accumulation_steps={scale.accumulation}"]
+            extra += [
+                f"training.per_device_train_batch_size={scale.per_device_batch}",
+                f"training.gradient_accumulation_steps={scale.accumulation}",
+            ]
         try:
             planned.append(PlannedScale(scale, resolve(config, overrides + extra), extra))
         except UserError as exc:
@@ -148,19 +155,35 @@ def sweep_root(path: str | None, planned: list[PlannedScale]) -> Path:
     if path:
         return Path(path).expanduser().absolute()
     cfg = planned[0].resolution.config
-    return Path(cfg.output.runs_root).expanduser().absolute() / f"{cfg.output.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    return (
+        Path(cfg.output.runs_root).expanduser().absolute() / f"{cfg.output.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
 
 
-def new_sweep(root: Path, planned: list[PlannedScale], mode: str, keep: str, config: str | None, overrides: list[str], cluster: str | None) -> Sweep:
+def new_sweep(
+    root: Path,
+    planned: list[PlannedScale],
+    mode: str,
+    keep: str,
+    config: str | None,
+    overrides: list[str],
+    cluster: str | None,
+) -> Sweep:
     """Create the sweep directory and its manifest, each scale planned; never reuse a sweep directory."""
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UserError(f"--sweep-dir: {str(root)!r} already exists and is not empty; choose a new directory")
     root.mkdir(parents=True, exist_ok=True)
-    sweep = Sweep(root, mode, keep, scaling_kind(keep), str(Path(config).absolute()) if config else None, list(overrides), cluster)
+    sweep = Sweep(
+        root, mode, keep, scaling_kind(keep), str(Path(config).absolute()) if config else None, list(overrides), cluster
+    )
     for p in planned:
         t = p.resolution.config.training
         s = p.scale
-        sweep.runs.append(SweepRun(s.devices, s.nodes, s.per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, s.name))
+        sweep.runs.append(
+            SweepRun(
+                s.devices, s.nodes, s.per_node, t.per_device_train_batch_size, t.gradient_accumulation_steps, s.name
+            )
+        )
     sweep.save()
     return sweep
 
@@ -190,7 +213,9 @@ def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bo
         sweep.save()
         if run.state == "failed":
             tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
-            say(f"{run.devices} process(es): training failed (exit code {outcome.exit_code}); the end of {log}:\n{tail}")
+            say(
+                f"{run.devices} process(es): training failed (exit code {outcome.exit_code}); the end of {log}:\n{tail}"
+            )
             return False
         say(f"{run.devices} process(es): finished in {time.monotonic() - started:.0f} s")
     return True
@@ -203,12 +228,16 @@ def submit_slurm(sweep: Sweep, planned: list[PlannedScale], dry_run: bool, say: 
     for run, p in zip(sweep.runs, planned):
         started = start_slurm(p.resolution, str(sweep.run_path(run)), "--sweep-dir", no_resume=True, dry_run=dry_run)
         if dry_run:
-            say(f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job script {started.run.job_script} (not submitted)")
+            say(
+                f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job script {started.run.job_script} (not submitted)"
+            )
             continue
         run.job_id = started.job_id
         run.state = "submitted"
         sweep.save()
-        say(f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job {run.job_id}, run dir {started.run.path}")
+        say(
+            f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job {run.job_id}, run dir {started.run.path}"
+        )
 
 
 def render_all(planned: list[PlannedScale], root: Path) -> None:
@@ -221,7 +250,8 @@ def render_all(planned: list[PlannedScale], root: Path) -> None:
 
 def wait_for_jobs(sweep: Sweep, poll_s: float | None = None, say: Any = print) -> bool:
     """Wait until every submitted job of the sweep has ended; True when every run finished with a summary."""
-    from ..runs.wait import POLL_SECONDS, wait_for_jobs as wait_loop
+    from ..runs.wait import POLL_SECONDS
+    from ..runs.wait import wait_for_jobs as wait_loop
 
     pending = {i: r.job_id for i, r in enumerate(sweep.runs) if r.job_id and r.state == "submitted"}
     for i, state in wait_loop(pending, POLL_SECONDS if poll_s is None else poll_s):

@@ -87,7 +87,12 @@ class Telemetry:
     """What a run knows about its speed: the FLOP count, the peak, the devices, and its two callbacks."""
 
     def __init__(
-        self, count: FlopCount | None, count_note: str | None, peak: PeakChoice, device_name: str | None, env: LaunchEnvironment
+        self,
+        count: FlopCount | None,
+        count_note: str | None,
+        peak: PeakChoice,
+        device_name: str | None,
+        env: LaunchEnvironment,
     ) -> None:
         self.count = count
         self.count_note = count_note
@@ -111,12 +116,16 @@ class Telemetry:
         count, note = None, None
         try:
             arch, note = fit_to_model(architecture(model.config), model)
-            count = flop_count(arch, sequence_length, frozen_weights=cfg.model.lora.enabled, recompute=cfg.model.gradient_checkpointing)
+            count = flop_count(
+                arch, sequence_length, frozen_weights=cfg.model.lora.enabled, recompute=cfg.model.gradient_checkpointing
+            )
         except UnsupportedModel as exc:
             note = str(exc)
         device_name = torch.cuda.get_device_name(env.device_index) if torch.cuda.is_available() else None
         mixed = "bf16" if cfg.training.bf16 else "fp16" if cfg.training.fp16 else "no"
-        dtype = compute_dtype(mixed, cfg.model.dtype, torch.cuda.is_available() and torch.backends.cuda.matmul.allow_tf32)
+        dtype = compute_dtype(
+            mixed, cfg.model.dtype, torch.cuda.is_available() and torch.backends.cuda.matmul.allow_tf32
+        )
         peak = choose_peak(device_name, dtype, _profile(cfg.launch.cluster))
         return cls(count, note, peak, device_name, env)
 
@@ -129,7 +138,9 @@ class Telemetry:
         nodes = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
         if self.count is not None:
             c = self.count
-            times = f"{c.training / c.forward:.2f}" if c.frozen_weights else "3"  # LoRA: frozen weights have no weight gradients
+            times = (
+                f"{c.training / c.forward:.2f}" if c.frozen_weights else "3"
+            )  # LoRA: frozen weights have no weight gradients
             flops = f"FLOPs per token {_si(c.training)} (training = {times} x {_si(c.forward)} forward at sequence {c.sequence_length}"
             flops += f"; hardware {_si(c.hardware)} with recomputation)" if c.recompute else ")"
             flops += f" [{c.describe()}]"
@@ -152,7 +163,9 @@ class Telemetry:
             log.warning("%s", self.peak.warning)
 
     def figures(self, window: Window) -> dict[str, float | None]:
-        figures: dict[str, float | None] = dict(throughput_figures(window, self.world_size, self.count, self.peak.tflops))
+        figures: dict[str, float | None] = dict(
+            throughput_figures(window, self.world_size, self.count, self.peak.tflops)
+        )
         mfu = figures.get("mfu")
         if mfu is not None and mfu > 1 and not self._warned_above_peak and self.is_main:
             self._warned_above_peak = True

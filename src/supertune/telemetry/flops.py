@@ -106,7 +106,12 @@ class Architecture:
         d, dh = self.hidden, self.head_dim
         attention = d * (self.heads + 2 * self.kv_heads) * dh + self.heads * dh * d
         dense = (3 if self.gated_mlp else 2) * d * self.mlp
-        moe = self.experts * 3 * d * self.expert_mlp + d * self.experts + 3 * d * self.shared_expert_mlp + d * self.shared_expert_gate
+        moe = (
+            self.experts * 3 * d * self.expert_mlp
+            + d * self.experts
+            + 3 * d * self.shared_expert_mlp
+            + d * self.shared_expert_gate
+        )
         layers = self.layers * attention + (self.layers - self.moe_layers) * dense + self.moe_layers * moe
         return layers + self.head_out * self.vocab + (2 * self.embed_proj * d if self.embed_proj else 0)
 
@@ -145,7 +150,9 @@ class FlopCount:
 
     def describe(self) -> str:
         """The formula in one line, for the log and summary.json."""
-        parts = [f"{FORMULA}: weight matmuls of the layer shapes + attention 4·S·h·dh per layer (S={self.sequence_length}); training = 3x forward"]
+        parts = [
+            f"{FORMULA}: weight matmuls of the layer shapes + attention 4·S·h·dh per layer (S={self.sequence_length}); training = 3x forward"
+        ]
         if self.frozen_weights:
             parts.append("frozen base weights (LoRA): their matmuls 2x")
         if self.recompute:
@@ -163,11 +170,15 @@ def architecture(config: Any) -> Architecture:
         config = config.get_text_config()
     model_type = str(getattr(config, "model_type", "") or "unknown")
     if model_type in UNSUPPORTED or getattr(config, "kv_lora_rank", None):
-        raise UnsupportedModel(f"no FLOP formula for {model_type} ({UNSUPPORTED.get(model_type, 'multi-head latent attention')})")
+        raise UnsupportedModel(
+            f"no FLOP formula for {model_type} ({UNSUPPORTED.get(model_type, 'multi-head latent attention')})"
+        )
     layers, hidden, heads = (_int(config, k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
     vocab = _int(config, "vocab_size")
     if not (layers and hidden and heads and vocab):
-        raise UnsupportedModel(f"no FLOP formula for {model_type}: its config does not give layers, hidden size, heads and vocabulary")
+        raise UnsupportedModel(
+            f"no FLOP formula for {model_type}: its config does not give layers, hidden size, heads and vocabulary"
+        )
     head_dim = _int(config, "head_dim") or hidden // heads
     experts = _int(config, "num_local_experts") or _int(config, "num_experts") or _int(config, "n_routed_experts")
     mlp = _mlp_width(config, model_type, hidden)
@@ -201,7 +212,9 @@ def architecture(config: Any) -> Architecture:
     )
 
 
-def flop_count(arch: Architecture, sequence_length: int, frozen_weights: bool = False, recompute: bool = False) -> FlopCount:
+def flop_count(
+    arch: Architecture, sequence_length: int, frozen_weights: bool = False, recompute: bool = False
+) -> FlopCount:
     """FLOPs per token at `sequence_length` (the length of the training sequences: data.block_size when packing)."""
     d, dh, h = arch.hidden, arch.head_dim, arch.heads
     attention_proj = 2 * d * (h + 2 * arch.kv_heads) * dh + 2 * h * dh * d
@@ -303,7 +316,10 @@ def _gated(config: Any, model_type: str) -> tuple[bool, str]:
         return False, ""
     act = str(getattr(config, "hidden_act", None) or getattr(config, "activation_function", "") or "")
     gated = act in ("silu", "swish", "swiglu")
-    return gated, f"{'gated' if gated else 'two-matrix'} MLP for unknown model type {model_type!r} (hidden_act {act or 'unset'})"
+    return (
+        gated,
+        f"{'gated' if gated else 'two-matrix'} MLP for unknown model type {model_type!r} (hidden_act {act or 'unset'})",
+    )
 
 
 def _moe_layers(config: Any, layers: int) -> int:

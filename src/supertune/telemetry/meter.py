@@ -33,7 +33,9 @@ class Window:
         self.tokens += tokens
 
 
-def throughput_figures(window: Window, world_size: int, count: FlopCount | None, peak_tflops: float | None) -> dict[str, float]:
+def throughput_figures(
+    window: Window, world_size: int, count: FlopCount | None, peak_tflops: float | None
+) -> dict[str, float]:
     """Tokens/s (global and per device), step time, tokens per step, data-wait share and, where a
     FLOP count is known, TFLOP/s per device; MFU (and HFU) where a peak is known too. Empty when
     the window holds no time."""

@@ -114,7 +114,11 @@ def choose_peak(device_name: str | None, dtype: str, profile: Any | None = None)
             )
         return PeakChoice(profile_peak, source, dtype, warning)
     if row is None:
-        return PeakChoice(None, f"no peak known for {device_name!r} (set peak_bf16_tflops_per_gpu in the cluster profile), so no MFU", dtype)
+        return PeakChoice(
+            None,
+            f"no peak known for {device_name!r} (set peak_bf16_tflops_per_gpu in the cluster profile), so no MFU",
+            dtype,
+        )
     if figure is None:
         return PeakChoice(None, f"{row.name} has no {dtype} peak in the table, so no MFU", dtype)
     return PeakChoice(figure, f"{row.name} {dtype} dense: {row.source}", dtype)

@@ -44,13 +44,15 @@ class MetricsFile(TrainerCallback):
         if not self.first_step_seen and state.is_world_process_zero:
             self.first_step_seen = True
             age = process_age_s()
-            self._append({
-                "event": "first_step",
-                "step": state.global_step,
-                "unix_time": time.time(),
-                "elapsed_s": round(time.time() - self.started, 3),
-                "since_process_start_s": round(age, 3) if age is not None else None,
-            })
+            self._append(
+                {
+                    "event": "first_step",
+                    "step": state.global_step,
+                    "unix_time": time.time(),
+                    "elapsed_s": round(time.time() - self.started, 3),
+                    "since_process_start_s": round(age, 3) if age is not None else None,
+                }
+            )
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:

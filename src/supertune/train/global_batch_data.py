@@ -38,6 +38,11 @@ def whole_global_batches(train: Any, global_batch: int | None) -> Any:
 
     log.info(
         "training.global_batch_size: %d training sequences make %d steps of %d per epoch; the last %d are left out, "
-        "so that every step has the same %d at any process count", total, kept // global_batch, global_batch, total - kept, global_batch,
+        "so that every step has the same %d at any process count",
+        total,
+        kept // global_batch,
+        global_batch,
+        total - kept,
+        global_batch,
     )
     return Subset(train, range(kept))

@@ -140,7 +140,9 @@ class GuardedTrainer(Trainer):
             try:
                 self.optimizer.load_state_dict(state)
             except (ValueError, KeyError) as exc:
-                raise UserError(f"training.init_optimizer_from: {start} holds another model's or optimizer's state ({exc})") from None
+                raise UserError(
+                    f"training.init_optimizer_from: {start} holds another model's or optimizer's state ({exc})"
+                ) from None
             log.info("optimizer state (moments of %d parameters) taken from %s", len(state.get("state", {})), start)
         return optimizer
 

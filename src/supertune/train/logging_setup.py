@@ -28,7 +28,11 @@ def setup_logging() -> None:
     # Known, harmless, and printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=".*torch.utils._pytree._register_pytree_node.*")
     # DeepSpeed calls collectives that torch 2.13 renamed; torch warns on every call, every step.
-    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
+        category=FutureWarning,
+    )
 
 
 def _quiet_progress_bars() -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserError
+from ..rundir import write_json_atomic
 from ..weight_files.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_dtype, narrow, widen_into
 from ..weight_files.shard_writer import PlannedTensor, ShardWriter
 from ..weight_files.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
-from ..errors import UserError
-from ..rundir import write_json_atomic
 
 __all__ = ["cast_saved_model", "CONFIG_DTYPE_NAMES"]
 
@@ -81,7 +81,9 @@ def _rewrite(source: TensorFile, target: str, path: Path) -> int:
             for start in range(0, entry.numel, _SLICE):
                 stop = min(entry.numel, start + _SLICE)
                 raw = source.rows(entry, start, stop)
-                writer.write(raw if out.dtype == entry.dtype else _converted(raw, entry.dtype, target, entry.name, buffers))
+                writer.write(
+                    raw if out.dtype == entry.dtype else _converted(raw, entry.dtype, target, entry.name, buffers)
+                )
                 source.release(entry, start, stop)
         writer.finish()
     except BaseException:
@@ -133,4 +135,3 @@ def _set_config_dtype(path: Path, dtype_name: str) -> None:
     if "torch_dtype" in config:  # older transformers name the same thing so
         config["torch_dtype"] = dtype_name
     write_json_atomic(path, config)
-

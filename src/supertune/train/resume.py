@@ -42,7 +42,10 @@ def config_differences(saved: RunConfig, new: RunConfig) -> list[str]:
     """'key: saved -> new' for every setting that differs and may not change on resume."""
     before, after = _flat(dataclasses.asdict(saved)), _flat(dataclasses.asdict(new))
     changeable = CHANGEABLE_ON_RESUME
-    if saved.training.global_batch_size is not None and saved.training.global_batch_size == new.training.global_batch_size:
+    if (
+        saved.training.global_batch_size is not None
+        and saved.training.global_batch_size == new.training.global_batch_size
+    ):
         # Derived from the global batch for the process count (which may change): the step stays the same.
         changeable += ("training.per_device_train_batch_size", "training.gradient_accumulation_steps")
     return [

@@ -9,7 +9,6 @@ from typing import Any
 
 from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
-from ..training_data.pipeline import build_training_data
 from ..distributed.strategy import prepare_process, shards_parameters
 from ..evaluation.generate import generate_text
 from ..evaluation.loss import token_mean_loss
@@ -18,6 +17,7 @@ from ..modeling.model import build_model, context_length
 from ..modeling.tokenizer import load_tokenizer
 from ..resolve.global_batch import fit_global_batch
 from ..rundir import RunDir, write_json_atomic
+from ..training_data.pipeline import build_training_data
 from .callbacks import append_event
 from .final_model import save_final_model
 from .resume import choose_checkpoint
@@ -49,7 +49,9 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
         return _stopped(run, trainer, trainer.supertune.guard.stopped, env)
     # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
     # also make the same number of forward calls, which token_mean_loss guarantees.
-    eval_loss, eval_tokens = token_mean_loss(trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size)
+    eval_loss, eval_tokens = token_mean_loss(
+        trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size
+    )
     save_final_model(trainer, tokenizer, cfg, run, env)
     fault_point("final.model", trainer.state.global_step, env.rank)
     summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resumed)
@@ -79,11 +81,20 @@ def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tu
 
 
 def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
-    log.info("resuming from %s: step %d, %d tokens seen, %d sequences consumed", path.name, manifest.step, manifest.tokens_seen, manifest.samples_seen)
+    log.info(
+        "resuming from %s: step %d, %d tokens seen, %d sequences consumed",
+        path.name,
+        manifest.step,
+        manifest.tokens_seen,
+        manifest.samples_seen,
+    )
     if manifest.world_size != env.world_size:
         log.warning(
             "%s was written by %d processes and this run has %d: training continues, but the data order "
-            "differs from an uninterrupted run", path.name, manifest.world_size, env.world_size
+            "differs from an uninterrupted run",
+            path.name,
+            manifest.world_size,
+            env.world_size,
         )
 
 
@@ -102,18 +113,32 @@ def _load_finished(trainer: Any, checkpoint: Any, state: Any) -> Any:
     # The Trainer's training_loss is the mean over all steps; the logged losses (one per
     # logging_steps) are what the checkpoint keeps of it.
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    log.info("%s holds the last step (%d): evaluating and saving without training", checkpoint.name, trainer.state.global_step)
-    return TrainOutput(trainer.state.global_step, sum(losses) / len(losses) if losses else float("nan"), {"train_runtime": 0.0})
+    log.info(
+        "%s holds the last step (%d): evaluating and saving without training",
+        checkpoint.name,
+        trainer.state.global_step,
+    )
+    return TrainOutput(
+        trainer.state.global_step, sum(losses) / len(losses) if losses else float("nan"), {"train_runtime": 0.0}
+    )
 
 
 def _stopped(run: RunDir, trainer: Any, reason: str, env: LaunchEnvironment) -> dict[str, Any]:
     """Record a stop on request: the checkpoint of this step is published; run again to resume."""
     step = int(trainer.state.global_step)
-    record = {"stopped": True, "reason": reason, "step": step, "checkpoint": f"checkpoint-{step}", "unix_time": time.time()}
+    record = {
+        "stopped": True,
+        "reason": reason,
+        "step": step,
+        "checkpoint": f"checkpoint-{step}",
+        "unix_time": time.time(),
+    }
     if env.is_main:
         append_event(run.metrics, {"event": "stopped", "step": step, "reason": reason})
         write_json_atomic(run.stopped, record)
-    log.info("stopped at step %d on %s; checkpoint-%d is saved: run the same command again to resume", step, reason, step)
+    log.info(
+        "stopped at step %d on %s; checkpoint-%d is saved: run the same command again to resume", step, reason, step
+    )
     return record
 
 
@@ -130,7 +155,14 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
 
 
 def _summary(
-    cfg: RunConfig, trainer: Any, train_out: Any, eval_loss: float, eval_tokens: int, data: Any, wall_s: float, resumed: Any
+    cfg: RunConfig,
+    trainer: Any,
+    train_out: Any,
+    eval_loss: float,
+    eval_tokens: int,
+    data: Any,
+    wall_s: float,
+    resumed: Any,
 ) -> dict[str, Any]:
     runtime = float(train_out.metrics.get("train_runtime", 0.0))
     tokens = int(trainer.state.num_input_tokens_seen or 0)

@@ -31,7 +31,11 @@ def install_signal_handlers(also: Callable[[str], None] | None = None) -> None:
         name = signal.Signals(signum).name
         if _received is None:
             _received = name
-            print(f"supertune: {name} received: finishing the current step, then saving a checkpoint and stopping", file=sys.stderr, flush=True)
+            print(
+                f"supertune: {name} received: finishing the current step, then saving a checkpoint and stopping",
+                file=sys.stderr,
+                flush=True,
+            )
         if also is not None:
             also(name)
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from ..checkpoints.layout import CheckpointDir
 from ..config.schema import RunConfig
-from ..training_data.pipeline import TrainingData
 from ..distributed.guard import StrategyGuard
 from ..distributed.strategy import after_training_arguments, strategy_arguments
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir
 from ..telemetry.callback import Telemetry
+from ..training_data.pipeline import TrainingData
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
 from .global_batch_data import whole_global_batches
@@ -50,10 +50,15 @@ def build_trainer(
 
     layout = CheckpointDir(run.checkpoints)
     guard = StrategyGuard(cfg, env.world_size)
-    run_guard = RunGuard(run, env.rank, lambda: (latest.name if (latest := layout.latest()) else None))
+    run_guard = RunGuard(run, env.rank, lambda: latest.name if (latest := layout.latest()) else None)
     telemetry = Telemetry.for_run(cfg, model, data, env)
     # telemetry.fields first: it adds throughput and MFU to the log records the others write.
-    callbacks: list[Any] = [telemetry.fields, MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)), guard, run_guard]
+    callbacks: list[Any] = [
+        telemetry.fields,
+        MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)),
+        guard,
+        run_guard,
+    ]
     if not progress_bar_wanted():
         callbacks.append(ProgressLines(cfg.output.progress_seconds))
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
@@ -61,7 +66,10 @@ def build_trainer(
         callbacks.append(tensorboard_callback(run.tensorboard))
     callbacks.append(telemetry.clock)  # last: a step's time includes the other callbacks' work
     for problem in internals_problems() if env.is_main else ():
-        log.warning("%s; checkpoints or NaN checks may not work: use the transformers version in pinned-requirements.txt", problem)
+        log.warning(
+            "%s; checkpoints or NaN checks may not work: use the transformers version in pinned-requirements.txt",
+            problem,
+        )
     args = training_arguments(cfg, run, strategy_arguments(cfg, run, model, env))
     after_training_arguments(cfg, env)
     trainer = GuardedTrainer(

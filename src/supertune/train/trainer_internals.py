@@ -26,12 +26,22 @@ class TrainerInternal:
 
 
 TRAINER_INTERNALS = (
-    TrainerInternal("_save_checkpoint", ("model", "trial"), "checkpoints are staged, hashed and published by supertune"),
-    TrainerInternal("_get_output_dir", ("trial",), "points the Trainer's save at the staging directory", ("_save_checkpoint",)),
-    TrainerInternal("_save_optimizer_and_scheduler", ("output_dir",), "the save.weights fault point", ("_save_checkpoint",)),
+    TrainerInternal(
+        "_save_checkpoint", ("model", "trial"), "checkpoints are staged, hashed and published by supertune"
+    ),
+    TrainerInternal(
+        "_get_output_dir", ("trial",), "points the Trainer's save at the staging directory", ("_save_checkpoint",)
+    ),
+    TrainerInternal(
+        "_save_optimizer_and_scheduler", ("output_dir",), "the save.weights fault point", ("_save_checkpoint",)
+    ),
     TrainerInternal("training_step", ("model", "inputs", "num_items_in_batch"), "a non-finite loss stops the run"),
     TrainerInternal("_get_grad_norm", ("model", "grad_norm"), "a non-finite gradient norm stops the run"),
-    TrainerInternal("_load_from_checkpoint", ("resume_from_checkpoint", "model"), "loads a checkpoint written at the last step without training"),
+    TrainerInternal(
+        "_load_from_checkpoint",
+        ("resume_from_checkpoint", "model"),
+        "loads a checkpoint written at the last step without training",
+    ),
 )
 
 
@@ -53,5 +63,7 @@ def internals_problems() -> list[str]:
         for caller in internal.called_from:
             source = inspect.getsource(getattr(Trainer, caller))
             if f".{internal.name}(" not in source:
-                problems.append(f"{where} is no longer called by Trainer.{caller}, so supertune's override has no effect ({internal.why})")
+                problems.append(
+                    f"{where} is no longer called by Trainer.{caller}, so supertune's override has no effect ({internal.why})"
+                )
     return problems

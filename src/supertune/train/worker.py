@@ -17,10 +17,10 @@ from .signals import install_signal_handlers
 # First of all: SIGUSR1's default action ends the process, and the imports below take seconds.
 install_signal_handlers()
 
-from ..errors import UserError  # noqa: E402
-from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..distributed.process_group import leave_process_group  # noqa: E402
 from ..doctor.startup import refuse_unusable_gpus  # noqa: E402
+from ..errors import UserError  # noqa: E402
+from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..launch.exit_order import leave_in_order  # noqa: E402
 from ..resolve import load_run_dir_config  # noqa: E402
 from ..rundir import RunDir  # noqa: E402
@@ -29,7 +29,9 @@ from .run import run_training  # noqa: E402
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory (its config.yaml says what to train)")
+    p.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run directory (its config.yaml says what to train)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

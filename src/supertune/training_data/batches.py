@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from ..config.schema import DataConfig
+from ..documents.encode_threads import encode_in_threads
+from ..documents.encoding import encode_texts, iter_row_batches, render_texts
+from ..documents.sample_checks import check_encoded, check_rows
 from ..errors import UserError
 from .document_bins import IGNORE_INDEX, DocumentPlan, stream_rows
-from ..documents.encoding import encode_texts, iter_row_batches, render_texts
-from ..documents.encode_threads import encode_in_threads
-from ..documents.sample_checks import check_encoded, check_rows
 
 __all__ = [
     "DocumentMaskedStream",
@@ -181,7 +181,9 @@ class PackedStream(_Stream):
                 yield {"input_ids": ids, "labels": ids.clone()}
         if not produced:
             # Trainer would otherwise restart the empty stream forever.
-            raise UserError(f"data: the stream holds less than one block of {size} tokens; lower data.block_size or add data")
+            raise UserError(
+                f"data: the stream holds less than one block of {size} tokens; lower data.block_size or add data"
+            )
 
 
 class DocumentMaskedStream(_Stream):
@@ -201,7 +203,9 @@ class DocumentMaskedStream(_Stream):
         size = self.d.block_size
         produced = 0
         # The blocks of each window come in an order drawn from the seed and the epoch: the same on every read.
-        for row in stream_rows(self._documents(), size, self.tokenizer.pad_token_id, [self.seed, self.epoch], self._count):
+        for row in stream_rows(
+            self._documents(), size, self.tokenizer.pad_token_id, [self.seed, self.epoch], self._count
+        ):
             produced += 1
             yield row
         if not produced:

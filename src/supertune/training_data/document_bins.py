@@ -243,7 +243,9 @@ def stream_rows(
         order = np.random.default_rng([*seed, number]).permutation(plan.blocks)
         for b in order.tolist():
             starts, lengths = plan.pieces(b)
-            yield packed_row([tokens[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())], block_size, pad_token_id)
+            yield packed_row(
+                [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())], block_size, pad_token_id
+            )
 
     for doc in documents:
         if len(doc):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.schema import DataConfig
+from ..documents.sources import RawSplits, load_raw_splits, load_validation_rows
 from ..errors import UserError
 from ..modeling.tokenizer import token_id_limit
 from .batches import (
@@ -21,7 +22,6 @@ from .batches import (
     tokenize_split,
 )
 from .document_bins import DocumentBins
-from ..documents.sources import RawSplits, load_raw_splits, load_validation_rows
 
 __all__ = ["TrainingData", "build_training_data", "build_eval_dataset"]
 
@@ -58,7 +58,9 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
     if not train.docs:
         raise UserError(f"data: no training text found in column {d.text_field!r}; check data.text_field and the files")
     if not validation.docs:
-        raise UserError("data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage")
+        raise UserError(
+            "data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage"
+        )
     baseline = _unigram(train, validation, token_id_limit(tokenizer))
     if d.packing and d.document_mask:
         bins = _document_bins(train.concatenated(), train.offsets(), d, tokenizer, "training")
@@ -144,7 +146,12 @@ def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, nam
     plan = bins.plan
     log.info(
         "document mask: %s split, %d documents (%d longer than %d tokens, split into pieces) in %d blocks; padding %.1f %%",
-        name, plan.documents, plan.split_documents, plan.block_size, plan.blocks, 100 * plan.padding_share,
+        name,
+        plan.documents,
+        plan.split_documents,
+        plan.block_size,
+        plan.blocks,
+        100 * plan.padding_share,
     )
     return bins
 
@@ -165,7 +172,10 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
         validation = _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "validation")
         collator, max_length, padding = None, None, train.plan.padding_share
     elif d.packing:
-        train, validation = _blocks(store.train.tokens, d, "training"), _blocks(store.validation.tokens, d, "validation")
+        train, validation = (
+            _blocks(store.train.tokens, d, "training"),
+            _blocks(store.validation.tokens, d, "validation"),
+        )
         collator, max_length = None, None
     else:
         max_length = d.max_length or min(store.train.longest(), context_length)
@@ -201,5 +211,7 @@ def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> Train
         # The stream's own blocks are known only as they are read; the validation documents come
         # from the same source (or are held out of the same stream) and give the estimate.
         padding = 1.0 - held_out.tokens_planned / held_out.slots_planned
-        log.info("document mask: streaming; padding %.1f %% in the %d validation blocks", 100 * padding, len(validation))
+        log.info(
+            "document mask: streaming; padding %.1f %% in the %d validation blocks", 100 * padding, len(validation)
+        )
     return TrainingData(train, validation, collator, d.max_length, None, None, padding)

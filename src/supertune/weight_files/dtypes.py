@@ -24,10 +24,21 @@ __all__ = [
 ]
 
 ITEM_SIZE = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2,
-    "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-    "U64": 8, "U32": 4, "U16": 2, "U8": 1,
-    "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
 }
 """Bytes per element of every safetensors dtype supertune can read."""
 
@@ -39,10 +50,21 @@ OUTPUT_DTYPES: dict[str, str | None] = {"same": None, "bf16": "BF16", "fp16": "F
 """--dtype choice -> safetensors dtype of every averaged tensor (None: each tensor keeps its own)."""
 
 _RAW = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
-    "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8,
-    "BOOL": np.bool_, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8,
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U64": np.uint64,
+    "U32": np.uint32,
+    "U16": np.uint16,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+    "F8_E4M3": np.uint8,
+    "F8_E5M2": np.uint8,
 }
 
 

@@ -80,7 +80,9 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
             raise UserError(f"{path}: tensor {name!r} has dtype {dtype}, which supertune average cannot read")
         entry = TensorEntry(name, dtype, shape, data_start + int(begin), data_start + int(end))
         if entry.end - entry.begin != entry.numel * ITEM_SIZE[dtype] or entry.end > size or entry.begin < data_start:
-            raise UserError(f"{path}: tensor {name!r}: its byte range does not match its shape and dtype or the file size (a truncated file?)")
+            raise UserError(
+                f"{path}: tensor {name!r}: its byte range does not match its shape and dtype or the file size (a truncated file?)"
+            )
         tensors[name] = entry
     return tensors, metadata
 
@@ -101,7 +103,9 @@ class TensorFile:
 
     def close(self) -> None:
         if self._map is not None:
-            with contextlib.suppress(BufferError):  # a view is still referenced (by a traceback): unmapped when collected
+            with contextlib.suppress(
+                BufferError
+            ):  # a view is still referenced (by a traceback): unmapped when collected
                 self._map.close()
             self._map = None
 
@@ -109,7 +113,9 @@ class TensorFile:
         """Elements [start, stop) of `entry`, flat, as a view on the mapping (dtype as stored)."""
         self.open()
         item = ITEM_SIZE[entry.dtype]
-        return np.frombuffer(self._map, dtype=raw_numpy_dtype(entry.dtype), count=stop - start, offset=entry.begin + start * item)
+        return np.frombuffer(
+            self._map, dtype=raw_numpy_dtype(entry.dtype), count=stop - start, offset=entry.begin + start * item
+        )
 
     def release(self, entry: TensorEntry, start: int, stop: int) -> None:
         """Give back the resident pages of elements [start, stop): the page cache keeps them, this process does not."""
@@ -183,4 +189,3 @@ class WeightFiles:
     def close(self) -> None:
         for tf in self.files.values():
             tf.close()
-
