@@ -21,9 +21,9 @@ import yaml
 from average_models import save_model
 from supertune.checkpoints.manifest import write_model_manifest
 from supertune.cli.main import main
+from supertune.resolve.layers import leaf_keys
 
 pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-from supertune.resolve.layers import leaf_keys
 
 # What an error line starts with: a dotted key (model.lora.r, training.seed), an override or a file
 # named by its kind, a command-line option, or the MODEL argument.

@@ -59,7 +59,7 @@ def write(cluster: str, out: Path, *extra: str) -> tuple[str, dict]:
 def test_pins_are_read_from_the_package_data():
     assert {p.name: p.version for p in read_pins()} == pinned_file()
     runtime = {p.name for p in runtime_pins()}
-    assert "torch" in runtime and "transformers" in runtime and "pytest" not in runtime
+    assert "torch" in runtime and "transformers" in runtime and "pytest" not in runtime and "ruff" not in runtime
 
 
 @pytest.mark.parametrize("cluster, image", [("leonardo", "nvcr.io/nvidia/pytorch:"), ("lumi", "rocm/pytorch:")])
@@ -70,7 +70,7 @@ def test_definition_keeps_the_image_torch_and_installs_the_pins(cluster, image, 
     assert text.startswith(f"Bootstrap: docker\nFrom: {profile.container.base_image.removeprefix('docker://')}\n")
     assert f"From: {image}" in text
     pins = pinned_file()
-    expected = {name: version for name, version in pins.items() if name not in ("torch", "pytest")}
+    expected = {name: version for name, version in pins.items() if name not in ("torch", "pytest", "ruff")}
     assert pip_installed(text) == expected
     # torch is the base image's: never a pip requirement, and pip is constrained to keep it.
     assert f"torch=={pins['torch']}" not in text
@@ -115,7 +115,7 @@ def test_definition_shell_sections_are_valid_and_set_the_profile_environment(tmp
 
 def test_environment_yml_has_every_pin(tmp_path):
     pins = pinned_file()
-    expected = {f"{name}=={version}" for name, version in pins.items() if name != "pytest"}
+    expected = {f"{name}=={version}" for name, version in pins.items() if name not in ("pytest", "ruff")}
     for cluster in ("leonardo", "lumi"):
         _, env = write(cluster, tmp_path / cluster)
         assert env["name"] == "supertune" and f"python={CONDA_PYTHON}" in env["dependencies"]

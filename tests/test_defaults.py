@@ -214,7 +214,7 @@ def test_concurrent_builds_agree(cache: Path, tmp_path: Path) -> None:
     time.sleep(0.3)  # let both finish importing, then release them together
     gate.touch()
     results = [p.communicate(timeout=60) for p in procs]
-    for proc, (out, err) in zip(procs, results):
+    for proc, (_, err) in zip(procs, results):
         assert proc.returncode == 0, err
     outputs = {out.strip() for out, _ in results}
     assert len(outputs) == 1, outputs

@@ -122,7 +122,8 @@ def test_worker_as_a_job_step_runs_it(tmp_path):
         argv = [
             sys.executable,
             "-m",
-            "supertune.doctor.worker",
+            "supertune.entry",
+            "doctor-worker",
             "--comm",
             "--expect-gbps",
             "1000000",
@@ -151,7 +152,7 @@ def test_a_failed_check_on_another_process_stops_the_measurement():
             SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="localhost", MASTER_PORT=port,
             HF_HUB_OFFLINE="1", SUPERTUNE_RUN_DIR=run_dir,
         )  # fmt: skip
-        argv = [sys.executable, "-m", "supertune.doctor.worker", "--comm", "--json", *SMALL]
+        argv = [sys.executable, "-m", "supertune.entry", "doctor-worker", "--comm", "--json", *SMALL]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [1, 1], outputs

@@ -17,7 +17,7 @@ SCRIPT = """#!/bin/bash
 #SBATCH --ntasks-per-node=1
 #SBATCH --time=5
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000)) TORCH_CPP_LOG_LEVEL=ERROR OMP_NUM_THREADS=1
-srun --kill-on-bad-exit=1 {python} -m supertune.doctor.worker --comm --min-size 16K --max-size 256K --repeats 3 \\
+srun --kill-on-bad-exit=1 {python} -m supertune.entry doctor-worker --comm --min-size 16K --max-size 256K --repeats 3 \\
     --expect-gbps {expect} --out {report} || {{ echo "pre-flight failed: training not started"; exit 1; }}
 echo "training starts"
 """

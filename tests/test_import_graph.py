@@ -94,11 +94,24 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("documents", "clusters"),
     ("config",),
     ("launch", "embedded", "hub", "checkpoints", "weight_files"),
-    ("rundir", "subprocesses", "durable_files", "file_table", "file_formats", "byte_sizes", "exit_codes", "paths"),
+    (
+        "entry",
+        "rundir",
+        "subprocesses",
+        "durable_files",
+        "file_table",
+        "file_formats",
+        "byte_sizes",
+        "exit_codes",
+        "paths",
+    ),
     ("errors", "supertune"),
 )
 
-# Imports that run up on purpose (a plug-in point), each with the reason; none today.
+# Imports that run up on purpose (a plug-in point), each with the reason; none today. The one table
+# of internal process entry points (supertune/entry.py) stands on the bottom floors so that every
+# layer may name an entry; it imports the chosen entry's module by name (importlib), which this walk
+# does not follow, and only in the process that entry starts.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from supertune.clusters import load_profile
 from supertune.launch import launchers
-from supertune.launch.launchers import WORKER_MODULE, Launcher, StepPlan
+from supertune.launch.launchers import Launcher, StepPlan
 
 
 def _mpirun(p: StepPlan) -> list[object]:
-    return ["mpirun", "-np", str(p.world_size), *p.python, "-m", WORKER_MODULE, p.run_dir]
+    return ["mpirun", "-np", str(p.world_size), *p.python, "-m", p.module, *p.module_args]
 
 
 @pytest.fixture()
@@ -53,7 +53,7 @@ def test_a_new_record_renders(with_mpirun):
     script = render_sbatch(job, profile)
     assert "#SBATCH --ntasks-per-node=1" in script  # one agent per node, as the record says
     assert (
-        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task=2 mpirun -np 4 /venv/bin/python -m supertune.train.worker /runs/x &"
+        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task=2 mpirun -np 4 /venv/bin/python -m supertune.entry train-worker /runs/x &"
         in script
     )
     one_per_process = dataclasses.replace(with_mpirun, one_task_per_process=True)

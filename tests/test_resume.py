@@ -263,7 +263,7 @@ def test_a_dead_rank_ends_the_run_within_the_timeout(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode not in (0, REQUEUE), out
     assert took < 60, f"the run took {took:.0f} s to end after a rank died"
-    assert not subprocess.run(["pgrep", "-f", f"supertune.train.worker {run}"], capture_output=True).stdout
+    assert not subprocess.run(["pgrep", "-f", f"supertune.entry train-worker {run}"], capture_output=True).stdout
 
 
 def test_full_disk_stops_before_the_checkpoint(tmp_path):

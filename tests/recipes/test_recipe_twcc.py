@@ -60,7 +60,7 @@ def test_gpt2_from_config_with_a_zero2_file_over_srun_and_torchrun(
     script = (run_dir / "job.sbatch").read_text()
     assert (
         ' -m torch.distributed.run "--nnodes=${SLURM_JOB_NUM_NODES}" --nproc-per-node=1 "--rdzv-id=${SLURM_JOB_ID}" --rdzv-backend=c10d '
-        '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" -m supertune.train.worker' in script
+        '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" -m supertune.entry train-worker' in script
     )
     assert sorted(re.findall(r"supertune: rank (\d) of 2 on (node\d)", log)) == [("0", "node1"), ("1", "node2")]
     # GPT-2 from its config, with the recipe's overrides

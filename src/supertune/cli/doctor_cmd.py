@@ -20,7 +20,6 @@ def epilog() -> str:
         "  supertune doctor --json | jq '.checks[] | select(.verdict == \"fail\")'\n"
         "  supertune doctor --comm --nproc 2 --max-size 64M    # two local processes (gloo on CPU, nccl on GPUs)\n"
         "  srun -N2 --ntasks-per-node=4 supertune doctor --comm --expect-gbps 20   # inside an allocation\n"
-        "  python -m supertune.doctor.worker --comm --expect-gbps 20               # what a job step runs (torchrun, srun)\n"
         "\n"
         "bandwidth: algbw = bytes / time; busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for all_gather,\n"
         "as nccl-tests define them; GB/s = 1e9 bytes/s. docs/doctor.md explains every check.\n"
@@ -56,7 +55,7 @@ def _run_local_processes(options) -> int:
     import tempfile
     from pathlib import Path
 
-    from ..doctor.options import WORKER_MODULE
+    from ..entry import DOCTOR_WORKER
     from ..launch.local import torchrun_argv
     from ..subprocesses import run_foreground
 
@@ -64,7 +63,7 @@ def _run_local_processes(options) -> int:
         report = Path(options.out or Path(tmp) / "doctor.json")
         report.unlink(missing_ok=True)
         code = run_foreground(
-            torchrun_argv(options.nproc, options.worker_argv(out=str(report), exit_zero=True), module=WORKER_MODULE)
+            torchrun_argv(options.nproc, options.worker_argv(out=str(report), exit_zero=True), entry=DOCTOR_WORKER)
         )
         if code != 0 or not report.exists():
             print(

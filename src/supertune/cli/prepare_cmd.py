@@ -29,6 +29,8 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..store.array_entry import add_arguments as add_array_task_arguments
+
     add_run_config_arguments(p)
     p.add_argument("--out", help="directory of the new store (must be new or empty; --force replaces a store)")
     p.add_argument("--verify", metavar="DIR", help="check the store DIR (sizes, sha256, offsets) instead of making one")
@@ -51,11 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time", help="with --submit: wall-clock limit of each task and of the merge (slurm.time)")
     p.add_argument("--cpus", type=int, help="with --submit: cores per task (default: the profile's cores per node)")
     p.add_argument("--dry-run", action="store_true", help="with --submit: print the job scripts; submit nothing")
-    p.add_argument("--part", type=int, metavar="I", help="(run by the array job) tokenize part I of --work")
-    p.add_argument("--work", metavar="DIR", help="(run by the array job) the work directory of a --submit")
-    p.add_argument(
-        "--merge", metavar="WORK", help="(run by the merge job) merge the finished parts of WORK into the store"
-    )
+    # The array and merge jobs' own flags (entry point prepare-array), hidden: job scripts rendered
+    # before that entry point existed still run `supertune prepare --part I --work DIR`.
+    add_array_task_arguments(p, hidden=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,12 +65,10 @@ def run(args: argparse.Namespace) -> int:
         if args.out or args.config or args.overrides:
             raise UserError("--verify: takes only the store directory; drop CONFIG, --out and overrides")
         return _verify(args.verify)
-    if args.part is not None or args.work:
-        if args.part is None or not args.work:
-            raise UserError("--part: give both --part I and --work DIR (the array job does this)")
-        return _part(args.work, args.part)
-    if args.merge:
-        return _merge(args.merge)
+    from ..store import array_entry
+
+    if array_entry.is_array_task(args):
+        return array_entry.run(args)
     if not args.out:
         raise UserError(
             "--out: where should the store go? e.g. supertune prepare run.yaml --out /scratch/tokens/corpus"
@@ -109,6 +107,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..modeling.tokenizer import load_tokenizer
+    from ..store.array_entry import print_summary
     from ..store.writer import DEFAULT_SHARD_TOKENS, prepare_store
 
     config, cfg = _load(args, [])
@@ -116,7 +115,7 @@ def _prepare(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(cfg)
     out = Path(args.out).expanduser().absolute()
     m = prepare_store(cfg, tokenizer, out, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.force, args.bundle)
-    _summary(out, m, time.monotonic() - started)
+    print_summary(out, m, time.monotonic() - started)
     print(f"supertune: train with: supertune train {config or ''} data.store={out}".replace("  ", " "))
     return 0
 
@@ -171,35 +170,6 @@ def _submit(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def _part(work: str, index: int) -> int:
-    from pathlib import Path
-
-    from ..store.array import run_part
-
-    run_part(Path(work).expanduser().absolute(), index)
-    return 0
-
-
-def _merge(work: str) -> int:
-    import time
-    from pathlib import Path
-
-    from ..store.array import merge_parts
-
-    started = time.monotonic()
-    out, m = merge_parts(Path(work).expanduser().absolute())
-    _summary(out, m, time.monotonic() - started)
-    return 0
-
-
-def _summary(out, m, seconds: float) -> None:
-    train, valid = m.splits["train"], m.splits["validation"]
-    print(
-        f"supertune: store {out}: train {train.documents:,} documents / {train.tokens:,} tokens, "
-        f"validation {valid.documents:,} / {valid.tokens:,}, {m.dtype}, {len(train.shards) + len(valid.shards)} shards, {seconds:.1f} s"
-    )
 
 
 def _verify(directory: str) -> int:

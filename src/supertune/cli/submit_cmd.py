@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from .run_config_args import add_run_config_arguments, split_config_and_overrides
 
@@ -50,11 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ..resolve import resolve
-    from ..slurm.jobs import prepare_job, render_job, submit_job
-    from .run_dir_choice import choose_run_dir
+    from ..runs.slurm import start_slurm
 
     config, overrides = split_config_and_overrides(args)
     flags = {
@@ -63,46 +59,17 @@ def run(args: argparse.Namespace) -> int:
     }  # fmt: skip
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
     # The same resolution and checks as `train` (the profile is loaded there, once).
-    resolution = resolve(config, overrides)
-    cfg, profile = resolution.config, resolution.profile
-    # Render once before creating anything, so that a run directory the job script cannot hold
-    # leaves no half-made run behind. A default run dir gets its timestamp later: digits and '-'
-    # only, which change nothing about quoting.
-    planned = args.run_dir or str(Path(cfg.output.runs_root) / f"{cfg.output.name}-00000000-000000")
-    render_job(
-        cfg, profile, str(Path(planned).expanduser().absolute()), "--run-dir" if args.run_dir else "output.runs_root"
-    )
-    choice = choose_run_dir(args.run_dir, resolution, no_resume=False)
-    if choice.finished:
-        print(f"supertune: {choice.message}", file=sys.stderr)
+    field = "--run-dir" if args.run_dir else "output.runs_root"
+    started = start_slurm(resolve(config, overrides), args.run_dir, field, dry_run=args.dry_run)
+    run_dir = started.run
+    if started.choice.finished or started.choice.resumed:
+        print(f"supertune: {started.choice.message}", file=sys.stderr)
+    if started.choice.finished:
         return 0
-    run_dir = choice.run
-    if choice.resumed:
-        if not args.dry_run:
-            _refuse_while_queued(run_dir)
-        print(f"supertune: {choice.message}", file=sys.stderr)
-    _, script = prepare_job(cfg, profile, run_dir)
     if args.dry_run:
-        sys.stdout.write(script)
+        sys.stdout.write(started.script or "")
         print(f"supertune: dry run: script in {run_dir.job_script}, nothing submitted", file=sys.stderr)
         return 0
-    job_id = submit_job(run_dir, profile.name)
-    print(job_id)
-    print(f"supertune: submitted job {job_id}; run dir {run_dir.path}", file=sys.stderr)
+    print(started.job_id)
+    print(f"supertune: submitted job {started.job_id}; run dir {run_dir.path}", file=sys.stderr)
     return 0
-
-
-def _refuse_while_queued(run: Any) -> None:
-    """Two jobs must never train the same run directory at once."""
-    from ..errors import UserError
-    from ..slurm.commands import job_state
-    from ..slurm.jobs import job_records
-
-    records = job_records(run)
-    if records:
-        state = job_state(records[-1].job_id)
-        if not state.finished:  # pending, running, requeued, suspended...: it may still write to the run
-            raise UserError(
-                f"--run-dir: job {records[-1].job_id} of this run is still {state.state}; it resumes by itself "
-                f"after a requeue (cancel it first with `supertune cancel {run.path}` to submit anew)"
-            )

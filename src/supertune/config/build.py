@@ -104,7 +104,8 @@ def _convert(hint: Any, value: Any, where: str, problems: list[str], root: type)
         non_none = [a for a in args if a is not type(None)]
         if value is None or value == "":
             return None
-        return _convert(non_none[0] if len(non_none) == 1 else Union[tuple(non_none)], value, where, problems, root)
+        # Union[...] is the one spelling of a union whose members are known only at run time.
+        return _convert(non_none[0] if len(non_none) == 1 else Union[tuple(non_none)], value, where, problems, root)  # noqa: UP007
     if origin is Literal:
         if value in args:
             return value

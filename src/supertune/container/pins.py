@@ -12,7 +12,7 @@ __all__ = ["Pin", "read_pins", "runtime_pins", "canonical_name", "TEST_ONLY"]
 
 PINS_FILE = "pinned-requirements.txt"
 # Packages only the test suite needs (the `test` extra of pyproject.toml): kept out of images.
-TEST_ONLY = frozenset({"pytest"})
+TEST_ONLY = frozenset({"pytest", "ruff"})
 _LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 
 

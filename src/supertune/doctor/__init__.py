@@ -8,7 +8,7 @@ Importing this package does not import torch.
 """
 
 from .node import CHECK_NAMES, NodeFacts, gather, run_checks
-from .options import WORKER_MODULE, DoctorOptions, add_doctor_arguments, options_from_args, preflight_arguments
+from .options import DoctorOptions, add_doctor_arguments, options_from_args, preflight_arguments
 from .result import CheckResult, Verdict
 
 __all__ = [
@@ -17,7 +17,6 @@ __all__ = [
     "DoctorOptions",
     "NodeFacts",
     "Verdict",
-    "WORKER_MODULE",
     "add_doctor_arguments",
     "gather",
     "options_from_args",

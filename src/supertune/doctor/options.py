@@ -16,11 +16,7 @@ __all__ = [
     "format_size",
     "size_label",
     "preflight_arguments",
-    "WORKER_MODULE",
 ]
-
-WORKER_MODULE = "supertune.doctor.worker"
-"""What every process of a pre-flight runs: `python -m supertune.doctor.worker --comm ...`."""
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -76,7 +72,7 @@ class DoctorOptions:
 def preflight_arguments(
     expect_gbps: float | None = None, report: str | None = None, max_size: str | None = None
 ) -> list[str]:
-    """The words after `python -m supertune.doctor.worker` in a job's pre-flight step (pure, for
+    """The words after the doctor's worker entry point in a job's pre-flight step (pure, for
     job-script rendering): node checks and the bandwidth measurement, the JSON report to `report`."""
     args = ["--comm"]
     if expect_gbps is not None:

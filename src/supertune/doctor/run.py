@@ -1,5 +1,5 @@
 """One doctor run in this process: the node checks, then with --comm the pre-flight with the job's
-other processes, then the report. `supertune doctor` and `python -m supertune.doctor.worker` (what
+other processes, then the report. `supertune doctor` and the doctor's worker entry point (what
 every process of a job or of `--nproc` runs) both end here.
 
 Exit codes: 0 when no check failed (warnings allowed), 1 when one did on any process (the
@@ -28,9 +28,11 @@ def run_doctor(options: DoctorOptions) -> int:
     """Check, measure (with --comm), report; the exit code (see the module docstring)."""
     view = launch_environment()
     if options.comm and not view.distributed:
+        from ..entry import DOCTOR_WORKER, entry_words
+
         raise UserError(
             "--comm: this is a single process; measure between several with --nproc N (on this machine), "
-            "or start it under torchrun or srun (python -m supertune.doctor.worker --comm)"
+            f"or start it under torchrun or srun (python {' '.join(map(str, entry_words(DOCTOR_WORKER, ['--comm'])))})"
         )
     facts = gather(view, options.dirs)
     if view.lacks_torch_variables:

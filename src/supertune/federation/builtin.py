@@ -1,6 +1,6 @@
-"""The built-in executor: a site's work runs as a local process (`where: local`) or as a SLURM job on
-a cluster this machine can submit to (`where: <cluster profile>`), with the job scripts every
-`supertune submit` uses; the average runs in this process.
+"""The built-in executor: a site's work runs in local processes (`where: local`) or as a SLURM job on
+a cluster this machine can submit to (`where: <cluster profile>`), started by supertune.runs as
+`supertune train` and `supertune submit` start theirs; the average runs in this process.
 
 Local sites run one after another: they share this machine's cores. SLURM sites are all submitted
 first, then waited for, asking the scheduler about each job once every `poll_seconds` at most.
@@ -10,13 +10,10 @@ A site's training resumes by itself when run again: its run directory is an ordi
 from __future__ import annotations
 
 import logging
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
-from ..subprocesses import run_logged
 from .log_tail import log_tail
 from .phases import average_round, trained_record
 from .receipts import read_receipt, write_receipt
@@ -52,7 +49,11 @@ class BuiltinExecutor:
     # -- training ---------------------------------------------------------------------------------
 
     def _train(self, works: list[SiteWork]) -> None:
-        jobs = {w.name: self._submit_training(w) for w in works if w.site.where != "local"}
+        submitted = {w.name: self._submit_training(w) for w in works if w.site.where != "local"}
+        jobs = {name: job_id for name, job_id in submitted.items() if job_id is not None}
+        for w in works:
+            if w.name in submitted and w.name not in jobs:
+                self._record(w)  # finished in an earlier attempt
         for w in works:
             if w.site.where == "local":
                 self._train_here(w)
@@ -60,46 +61,38 @@ class BuiltinExecutor:
         self._wait(works, jobs, "training", self._record)
 
     def _train_here(self, w: SiteWork) -> None:
+        from ..resolve import resolve
+        from ..runs.local import train_logged
+
         assert w.run is not None
         logfile = w.directory / "train.log"
         log.info("%s: training here (log %s)", w.label, logfile)
-        code = run_logged([sys.executable, "-m", "supertune", "train", str(w.config), "--run-dir", str(w.run)], logfile)
-        if code != 0:
+        try:
+            outcome = train_logged(resolve(w.config, []), w.run, logfile)
+        except UserError as exc:
+            raise FederationError(f"{w.label}: {exc}") from None
+        if outcome.exit_code != 0:
             raise FederationError(
-                f"{w.label}: local training stopped (exit code {code}){log_tail(logfile)}; the run in {w.run} resumes "
+                f"{w.label}: local training stopped (exit code {outcome.exit_code}){log_tail(logfile)}; the run in {w.run} resumes "
                 "from its latest checkpoint when the federation is run again"
             )
 
-    def _submit_training(self, w: SiteWork) -> str:
-        from ..rundir import RunDir, holds_run
-        from ..slurm.commands import job_state
-        from ..slurm.jobs import job_records
+    def _submit_training(self, w: SiteWork) -> str | None:
+        """The site's training job: submitted, or its job still in the queue from an earlier attempt
+        (waited for, not submitted twice); None when the run has finished already."""
+        from ..resolve import resolve
+        from ..runs.slurm import start_slurm
 
         assert w.run is not None
-        if holds_run(w.run):
-            records = job_records(RunDir(w.run))
-            if records and not job_state(records[-1].job_id).finished:
-                log.info("%s: job %s of this round is still in the queue; waiting for it", w.label, records[-1].job_id)
-                return records[-1].job_id
-        logfile = w.directory / "submit.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "supertune",
-            "submit",
-            str(w.config),
-            "--cluster",
-            w.site.where,
-            "--run-dir",
-            str(w.run),
-        ]
-        code = run_logged(argv, logfile)
-        lines = logfile.read_text(encoding="utf-8", errors="replace").split()
-        job_id = next((word for word in lines if word.isdigit()), None)
-        if code != 0 or job_id is None:
-            raise FederationError(f"{w.label}: supertune submit failed (exit code {code}){log_tail(logfile)}")
-        log.info("%s: submitted training job %s to %s", w.label, job_id, w.site.where)
-        return job_id
+        try:
+            started = start_slurm(resolve(w.config, [f"launch.cluster={w.site.where}"]), str(w.run), if_queued="keep")
+        except UserError as exc:
+            raise FederationError(f"{w.label}: submitting the training failed: {exc}") from None
+        if started.kept:
+            log.info("%s: job %s of this round is still in the queue; waiting for it", w.label, started.job_id)
+        elif started.job_id is not None:
+            log.info("%s: submitted training job %s to %s", w.label, started.job_id, w.site.where)
+        return started.job_id
 
     @staticmethod
     def _record(w: SiteWork) -> bool:
@@ -139,25 +132,19 @@ class BuiltinExecutor:
     # -- waiting ----------------------------------------------------------------------------------
 
     def _wait(self, works: list[SiteWork], jobs: dict[str, str], what: str, done: Callable[[SiteWork], bool]) -> None:
-        """Until every job has ended: look at each once per poll_seconds; a job that ended without its result is an error."""
-        from ..slurm.commands import job_state
+        """Until every job has ended; a job that ended without its result is an error."""
+        from ..runs.wait import wait_for_jobs
 
-        pending = {w.name: w for w in works if w.name in jobs}
-        last: dict[str, str] = {}
-        while pending:
-            for name, w in list(pending.items()):
-                state = job_state(jobs[name])
-                if state.state != last.get(name):
-                    log.info("%s: %s job %s %s", w.label, what, jobs[name], state.state)
-                    last[name] = state.state
-                if not state.finished:
-                    continue
-                del pending[name]
-                if not done(w):
-                    logs = (w.run or w.directory / "evaluate") / "logs"
-                    raise FederationError(
-                        f"{w.label}: {what} job {jobs[name]} ended {state.state} without finishing; see {logs}; "
-                        "run the federation again to resubmit it"
-                    )
-            if pending:
-                time.sleep(self.fed.poll_seconds)
+        named = {w.name: w for w in works}
+
+        def changed(name: str, state) -> None:
+            log.info("%s: %s job %s %s", named[name].label, what, jobs[name], state.state)
+
+        for name, state in wait_for_jobs(jobs, self.fed.poll_seconds, changed):
+            w = named[name]
+            if not done(w):
+                logs = (w.run or w.directory / "evaluate") / "logs"
+                raise FederationError(
+                    f"{w.label}: {what} job {jobs[name]} ended {state.state} without finishing; see {logs}; "
+                    "run the federation again to resubmit it"
+                )

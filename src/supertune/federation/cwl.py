@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..entry import SITE_TASK, entry_words
 from .load import login_parts
 from .rounds import RoundWork
 from .schema import FederationConfig
@@ -27,18 +28,7 @@ from .schema import FederationConfig
 if TYPE_CHECKING:
     from ..slurm.job import JobSpec
 
-__all__ = [
-    "SitePlace",
-    "RoundFiles",
-    "round_workflow",
-    "round_job",
-    "streamflow_config",
-    "slurm_service",
-    "job_name",
-    "TASK_MODULE",
-]
-
-TASK_MODULE = "supertune.federation.site_task"
+__all__ = ["SitePlace", "RoundFiles", "round_workflow", "round_job", "streamflow_config", "slurm_service", "job_name"]
 FEDERATION_DEPLOYMENT = "federation"
 
 
@@ -144,7 +134,10 @@ def slurm_service(job: JobSpec, name: str) -> dict[str, Any]:
 def _tool(
     python: str, task: str, env: dict[str, str], inputs: dict[str, Any], outputs: dict[str, Any]
 ) -> dict[str, Any]:
-    tool: dict[str, Any] = {"class": "CommandLineTool", "baseCommand": [python, "-m", TASK_MODULE, task]}
+    tool: dict[str, Any] = {
+        "class": "CommandLineTool",
+        "baseCommand": [python, *map(str, entry_words(SITE_TASK, [task]))],
+    }
     if env:
         tool["requirements"] = {"EnvVarRequirement": {"envDef": dict(env)}}
     tool["inputs"] = inputs

@@ -1,16 +1,14 @@
 """A global model's loss on one site's validation data, computed where the data is: in the
-federation's own process for a local site, or as `python -m supertune.federation.site_eval CONFIG
-MODEL RECEIPT` in a job on the site's cluster (or a StreamFlow step). The receipt is written last."""
+federation's own process for a local site, or as the entry point `site-eval CONFIG MODEL RECEIPT`
+in a job on the site's cluster (or a StreamFlow step). The receipt is written last."""
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
-from ..errors import UserError
-
-__all__ = ["evaluate_at_site", "main"]
+__all__ = ["evaluate_at_site", "add_arguments", "run"]
 
 
 def evaluate_at_site(config: Path, model: Path, receipt: Path) -> dict:
@@ -32,19 +30,13 @@ def evaluate_at_site(config: Path, model: Path, receipt: Path) -> dict:
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print("usage: python -m supertune.federation.site_eval SITE_CONFIG MODEL_DIR RECEIPT", file=sys.stderr)
-        return 2
-    try:
-        record = evaluate_at_site(Path(args[0]), Path(args[1]), Path(args[2]))
-    except UserError as exc:
-        print(f"supertune: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"supertune: eval loss {record['eval_loss']:.4f} of {args[1]} on the site's validation data", flush=True)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, metavar="SITE_CONFIG", help="the site's run config (its data settings)")
+    p.add_argument("model", type=Path, metavar="MODEL_DIR", help="the global model to evaluate")
+    p.add_argument("receipt", type=Path, metavar="RECEIPT", help="where the result goes (JSON), written last")
+
+
+def run(args: argparse.Namespace) -> int:
+    record = evaluate_at_site(args.config, args.model, args.receipt)
+    print(f"supertune: eval loss {record['eval_loss']:.4f} of {args.model} on the site's validation data", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The evaluation job of a SLURM site: one process on one node of the site's cluster, rendered by the
 same job-script renderer as training (the profile's modules, environment, container, partition and
-account), running `python -m supertune.federation.site_eval` instead of the training worker."""
+account), running the entry point `site-eval` instead of the training worker."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ if TYPE_CHECKING:
     from ..config.schema import RunConfig
     from ..slurm.job import JobSpec
 
-__all__ = ["submit_evaluation", "evaluation_job", "EVAL_MODULE"]
-
-EVAL_MODULE = "supertune.federation.site_eval"
+__all__ = ["submit_evaluation", "evaluation_job"]
 
 
 def submit_evaluation(w: SiteWork, model: Path) -> str:
@@ -46,6 +44,7 @@ def evaluation_job(
 ) -> JobSpec:
     """The evaluation job of a site (one process on one node) from its run config and profile;
     `args` are site_eval's (SITE_CONFIG, MODEL_DIR, RECEIPT). Also rendered inside a StreamFlow job."""
+    from ..entry import SITE_EVAL
     from ..slurm.job import job_spec
 
     job = job_spec(cfg, profile, str(directory), sys.executable)
@@ -59,6 +58,6 @@ def evaluation_job(
         launcher_restarts=0,
         max_restarts=0,
         preflight=None,
-        module=EVAL_MODULE,
-        module_args=args,
+        entry=SITE_EVAL,
+        entry_args=args,
     )

@@ -1,8 +1,9 @@
-"""One step of a federated round as StreamFlow runs it, where StreamFlow put it:
+"""One step of a federated round as StreamFlow runs it, where StreamFlow put it (entry point
+`site-task` of supertune.entry):
 
-    python -m supertune.federation.site_task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
-    python -m supertune.federation.site_task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
-    python -m supertune.federation.site_task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+    python -m supertune.entry site-task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
+    python -m supertune.entry site-task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
+    python -m supertune.entry site-task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
 
 Each writes its outputs into the current directory (StreamFlow's output folder of the step), under
 names that tell the sites apart: train `checkpoint-S/` (hard links of the run's final checkpoint)
@@ -20,14 +21,13 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 from ..errors import UserError
 from .receipts import write_receipt
 
-__all__ = ["main", "link_tree", "START_MODEL", "TRAIN_LOG"]
+__all__ = ["add_arguments", "run", "link_tree", "START_MODEL", "TRAIN_LOG"]
 
 START_MODEL = "start-model"
 """The global model a site's round starts from, next to its run."""
@@ -97,41 +97,31 @@ def train(site: str, number: int, config: Path, site_dir: Path, global_model: Pa
 
 
 def _train_run(site: str, number: int, config: Path, start: Path, run: Path, logfile: Path) -> None:
-    """Train the site's round here (`supertune train`), or, for a cluster site, run the job script
-    supertune renders for it inside the SLURM allocation StreamFlow submitted."""
+    """Train the site's round here (as `supertune train` would), or, for a cluster site, run the job
+    script supertune renders for it inside the SLURM allocation StreamFlow submitted.
+    slurm.max_restarts=0 there: the job is StreamFlow's, and a requeue would restart StreamFlow's command."""
     from ..config.load import load_saved_config
-    from ..subprocesses import run_logged
+    from ..launch.environment import slurm_allocation
+    from ..resolve import resolve
+    from ..runs.local import train_logged
+    from ..runs.slurm import prepare_slurm, run_script_here
 
     model = f"model.name_or_path={start}"
     label = f"{site} round {number}"
-    if load_saved_config(config).launch.cluster == "local":
-        argv = [sys.executable, "-m", "supertune", "train", str(config), model, "--run-dir", str(run)]
-    else:
-        argv = ["bash", str(_job_script(label, config, model, run))]
     print(f"supertune: {label}: training (log {logfile})", flush=True)
-    code = run_logged(argv, logfile)
+    if load_saved_config(config).launch.cluster == "local":
+        code = train_logged(resolve(config, [model]), run, logfile).exit_code
+    else:
+        if slurm_allocation() is None:
+            raise UserError(
+                f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
+            )
+        choice, _ = prepare_slurm(resolve(config, [model, "slurm.max_restarts=0"]), str(run))
+        code = run_script_here(choice.run.job_script, logfile)
     if code != 0:
         raise UserError(
             f"{label}: training stopped (exit code {code}); see {logfile}; the run in {run} resumes when the round runs again"
         )
-
-
-def _job_script(label: str, config: Path, model: str, run: Path) -> Path:
-    """The run's job script, rendered as `supertune submit` renders it, to run in this allocation.
-    slurm.max_restarts=0: the job is StreamFlow's, and a requeue would restart StreamFlow's command."""
-    from ..cli.run_dir_choice import choose_run_dir
-    from ..launch.environment import slurm_allocation
-    from ..resolve import resolve
-    from ..slurm.jobs import prepare_job
-
-    if slurm_allocation() is None:
-        raise UserError(
-            f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
-        )
-    resolution = resolve(config, [model, "slurm.max_restarts=0"])
-    choice = choose_run_dir(str(run), resolution, no_resume=False)
-    prepare_job(resolution.config, resolution.profile, choice.run)
-    return choice.run.job_script
 
 
 # -- average ----------------------------------------------------------------------------------------
@@ -175,8 +165,8 @@ def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, 
     from ..clusters import load_profile
     from ..launch.environment import slurm_allocation
     from ..rundir import RunDir
+    from ..runs.slurm import run_script_here
     from ..slurm.script import render_sbatch
-    from ..subprocesses import run_logged
     from .site_jobs import evaluation_job
 
     label = f"{site} round {number}"
@@ -194,7 +184,7 @@ def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, 
     )
     directory.job_script.write_text(render_sbatch(job, profile), encoding="utf-8")
     logfile = site_dir / "evaluate.log"
-    code = run_logged(["bash", str(directory.job_script)], logfile)
+    code = run_script_here(directory.job_script, logfile)
     if code != 0 or not receipt.is_file():
         raise UserError(f"{label}: evaluation stopped (exit code {code}); see {logfile}")
     return json.loads(receipt.read_text(encoding="utf-8"))
@@ -203,10 +193,8 @@ def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, 
 # -- command line ---------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m supertune.federation.site_task", description="One step of a federated round (StreamFlow)."
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "One step of a federated round (StreamFlow)."
     sub = p.add_subparsers(dest="task", required=True)
     t = sub.add_parser("train")
     t.add_argument("--site", required=True)
@@ -242,40 +230,30 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--config", type=Path, required=True, help="the site's base run config (its data settings)")
     e.add_argument("--site-dir", type=Path, required=True)
     e.add_argument("--model", type=Path, required=True)
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     _restore_home()
     out = Path.cwd()
-    try:
-        if args.task == "train":
-            record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
-            print(
-                f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
-                flush=True,
+    if args.task == "train":
+        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
+        print(
+            f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
+            flush=True,
+        )
+    elif args.task == "average":
+        if len(args.sites) != len(args.checkpoint):
+            raise UserError(
+                f"--checkpoint: {len(args.checkpoint)} given for {len(args.sites)} sites; give one per site, in their order"
             )
-        elif args.task == "average":
-            if len(args.sites) != len(args.checkpoint):
-                raise UserError(
-                    f"--checkpoint: {len(args.checkpoint)} given for {len(args.sites)} sites; give one per site, in their order"
-                )
-            record = average(
-                args.federation, args.round, args.previous, list(zip(args.sites, args.checkpoint)), args.publish, out
-            )
-            print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
-        else:
-            record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
-            print(
-                f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model",
-                flush=True,
-            )
-    except UserError as exc:
-        print(f"supertune: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        record = average(
+            args.federation, args.round, args.previous, list(zip(args.sites, args.checkpoint)), args.publish, out
+        )
+        print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
+    else:
+        record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
+        print(
+            f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model",
+            flush=True,
+        )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

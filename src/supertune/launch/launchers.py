@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..entry import ENTRY_MODULE, TRAIN_WORKER
 from ..rundir import RunDir
 from .command_words import Expand
 
@@ -27,7 +28,6 @@ __all__ = [
     "Launcher",
     "StepPlan",
     "LAUNCHERS",
-    "WORKER_MODULE",
     "HOSTFILE",
     "ACCELERATE_CONFIG",
     "launcher_names",
@@ -35,7 +35,6 @@ __all__ = [
     "accelerate_config",
 ]
 
-WORKER_MODULE = "supertune.train.worker"
 HOSTFILE = "hostfile"
 """Need: the job writes the allocation's hosts with their process slots to RunDir.hostfile before the step."""
 ACCELERATE_CONFIG = "accelerate_config"
@@ -57,10 +56,10 @@ class StepPlan:
     """Restarts of a node's processes after a failure (launch.max_restarts), where the launcher can."""
     python: tuple[object, ...]
     """The interpreter on the nodes, after the container prefix if any."""
-    module: str = WORKER_MODULE
-    """What every process runs (python -m MODULE ARGS): training, or the doctor's pre-flight."""
+    entry: str = TRAIN_WORKER
+    """What every process runs, an entry point of supertune.entry: training, or the doctor's pre-flight."""
     args: tuple[str, ...] | None = None
-    """The module's arguments; None: the run directory (what the training worker takes)."""
+    """The entry point's arguments; None: the run directory (what the training worker takes)."""
     rendezvous_suffix: str = ""
     """Added to the job id of a rendezvous id, so that a second step of the same job meets apart from the first."""
 
@@ -73,8 +72,14 @@ class StepPlan:
         return RunDir(self.run_dir)
 
     @property
+    def module(self) -> str:
+        """The module every process runs (python -m MODULE ARGS): the table of entry points."""
+        return ENTRY_MODULE
+
+    @property
     def module_args(self) -> list[str]:
-        return list(self.args) if self.args is not None else [self.run_dir]
+        """The module's arguments: the entry point's name, then its own."""
+        return [self.entry, *(self.args if self.args is not None else [self.run_dir])]
 
 
 @dataclass(frozen=True)

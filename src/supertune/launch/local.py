@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from .launchers import WORKER_MODULE
+from ..entry import TRAIN_WORKER, entry_words
 
 __all__ = ["torchrun_argv", "thread_oversubscription"]
 
 
-def torchrun_argv(nproc: int, args: list[str], module: str = WORKER_MODULE, max_restarts: int = 0) -> list[str]:
-    """torchrun on this host: a free port picked by --standalone, `nproc` processes each running
-    `python -m module args` (training's worker on a run directory, by default); after a failure it
-    restarts them max_restarts times (training's workers resume)."""
+def torchrun_argv(nproc: int, args: list[str], entry: str = TRAIN_WORKER, max_restarts: int = 0) -> list[str]:
+    """torchrun on this host: a free port picked by --standalone, `nproc` processes each running the
+    entry point `entry` with `args` (training's worker on a run directory, by default); after a
+    failure it restarts them max_restarts times (training's workers resume)."""
     return [
         sys.executable,
         "-m",
@@ -20,9 +20,7 @@ def torchrun_argv(nproc: int, args: list[str], module: str = WORKER_MODULE, max_
         "--standalone",
         f"--nproc-per-node={nproc}",
         *([f"--max-restarts={max_restarts}"] if max_restarts else []),
-        "-m",
-        module,
-        *args,
+        *map(str, entry_words(entry, args)),
     ]
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
-from ..doctor.options import WORKER_MODULE as DOCTOR_MODULE
 from ..doctor.options import preflight_arguments
-from ..launch.launchers import WORKER_MODULE, StepPlan, get_launcher
+from ..entry import DOCTOR_WORKER, TRAIN_WORKER
+from ..launch.launchers import StepPlan, get_launcher
 from ..rundir import RunDir
 
 __all__ = ["JobSpec", "job_spec"]
@@ -49,10 +49,11 @@ class JobSpec:
     """torchrun / accelerate: restarts of a node's processes after a failure (launch.max_restarts)."""
     preflight: tuple[str, ...] | None = None
     """Arguments of the doctor's pre-flight step (slurm.preflight), None: no pre-flight."""
-    module: str = WORKER_MODULE
-    """What every process runs: the training worker, or another job's module (a federated site's evaluation)."""
-    module_args: tuple[str, ...] | None = None
-    """The module's arguments; None: the run directory."""
+    entry: str = TRAIN_WORKER
+    """What every process runs, an entry point of supertune.entry: the training worker, or another
+    job's (a federated site's evaluation)."""
+    entry_args: tuple[str, ...] | None = None
+    """The entry point's arguments; None: the run directory."""
 
     @property
     def world_size(self) -> int:
@@ -71,7 +72,7 @@ class JobSpec:
         """What the launcher's command is built from, with the container prefix (if any) before python."""
         return StepPlan(
             self.run_dir, self.nodes, self.procs_per_node, self.launcher_restarts, (*container, self.python),
-            module=self.module, args=self.module_args,
+            entry=self.entry, args=self.entry_args,
         )  # fmt: skip
 
     def preflight_plan(self, container: list[object]) -> StepPlan:
@@ -79,7 +80,7 @@ class JobSpec:
         It meets under its own rendezvous id and is never restarted (a failure is its answer)."""
         return StepPlan(
             self.run_dir, self.nodes, self.procs_per_node, 0, (*container, self.python),
-            module=DOCTOR_MODULE, args=self.preflight, rendezvous_suffix="-preflight",
+            entry=DOCTOR_WORKER, args=self.preflight, rendezvous_suffix="-preflight",
         )  # fmt: skip
 
 

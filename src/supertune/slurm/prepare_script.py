@@ -1,7 +1,7 @@
 """The job scripts of `supertune prepare --submit`, rendered by pure functions (exact-text tested).
 
-Two jobs: an array with one task per part of the store (`prepare --part $SLURM_ARRAY_TASK_ID`),
-and a merge job (`prepare --merge`) that depends on the array with afterok. A dependent job rather
+Two jobs, both running the entry point `prepare-array`: an array with one task per part of the
+store (`--part $SLURM_ARRAY_TASK_ID`), and a merge job (`--merge`) that depends on the array with afterok. A dependent job rather
 than "the last task merges": the scheduler then knows that every task succeeded, no task has to
 find out on a shared filesystem whether it is the last one (a race between tasks that end together),
 and a failed task leaves the merge unstarted (--kill-on-invalid-dep removes it from the queue), so
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clusters.schema import ClusterProfile
+from ..entry import PREPARE_ARRAY, entry_words
 from .script import (
     comment,
     container_words,
@@ -59,13 +60,7 @@ def render_array_script(job: PrepareJob, profile: ClusterProfile, tasks: list[in
             [
                 *container_words(profile),
                 job.python,
-                "-m",
-                "supertune",
-                "prepare",
-                "--part",
-                Expand("${SLURM_ARRAY_TASK_ID}"),
-                "--work",
-                job.work,
+                *entry_words(PREPARE_ARRAY, ["--part", Expand("${SLURM_ARRAY_TASK_ID}"), "--work", job.work]),
             ]
         ),
     ]
@@ -78,7 +73,7 @@ def render_merge_script(job: PrepareJob, profile: ClusterProfile) -> str:
     header = _header(job, "merging the parts into the store", [("kill-on-invalid-dep", "yes")], "%x-%j")
     step = [
         f"# Shards and manifest of {comment(job.out)}, byte-identical to a single-process prepare",
-        join([*container_words(profile), job.python, "-m", "supertune", "prepare", "--merge", job.work]),
+        join([*container_words(profile), job.python, *entry_words(PREPARE_ARRAY, ["--merge", job.work])]),
     ]
     return _script(header, job, profile, "\n".join(step))
 

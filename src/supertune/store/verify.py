@@ -41,7 +41,7 @@ def check_store(directory: Path, hashes: bool) -> Manifest:
             _bad(directory, f"{entry.file} has {size} bytes, the manifest says {entry.size} (truncated or overwritten)")
         if hasattr(entry, "tokens") and entry.tokens * width != size:
             _bad(directory, f"{entry.file} has {size} bytes, not {entry.tokens} tokens of {width} bytes")
-    for name, split in manifest.splits.items():
+    for split in manifest.splits.values():
         if split.offsets.size != (split.documents + 1) * 8:
             _bad(directory, f"{split.offsets.file} should hold {split.documents + 1} offsets")
     if hashes:

@@ -4,10 +4,10 @@
     <sweep dir>/devices-1/      a run directory per scale (config.yaml, metrics.jsonl, summary.json, ...)
     <sweep dir>/devices-2/
 
-Local sweeps (`--nproc 1,2`) train one scale after the other, each `supertune train --nproc N` in
-a process of its own (output in the run's logs/train.log). SLURM sweeps submit one job per scale
-the way `supertune submit` does (nodes from the profile's GPUs per node) and return, or wait for
-the jobs with `--wait`. Every scale's config is resolved, and its job script rendered, before
+Local sweeps (`--nproc 1,2`) train one scale after the other, each in processes of its own (output
+in the run's logs/train.log). SLURM sweeps submit one job per scale the way `supertune submit` does
+(nodes from the profile's GPUs per node) and return, or wait for the jobs with `--wait`. Both start
+their runs through supertune.runs. Every scale's config is resolved, and its job script rendered, before
 anything is created or submitted. Nothing here imports torch.
 """
 
@@ -189,7 +189,7 @@ def new_sweep(
 
 
 def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bool:
-    """Train every scale here, smallest first, each in its own process; False when one failed (the rest are not run).
+    """Train every scale here, smallest first, each in processes of its own; False when one failed (the rest are not run).
 
     Every process gets the same CPU threads at every scale (OMP_NUM_THREADS, unless it is set): the
     cores divided by the largest process count. Otherwise one process would use every core and
@@ -197,7 +197,7 @@ def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bo
     """
     import os
 
-    from ..subprocesses import run_logged
+    from ..runs.local import train_logged
 
     env = {}
     if "OMP_NUM_THREADS" not in os.environ:
@@ -206,24 +206,16 @@ def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bo
     for run, p in zip(sweep.runs, planned):
         run_dir = RunDir(sweep.run_path(run))
         log = run_dir.logs / "train.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "supertune",
-            "train",
-            *([sweep.config] if sweep.config else []),
-            "--run-dir",
-            str(run_dir.path),
-        ]
-        argv += ["--no-resume", *sweep.overrides, *p.overrides]
         say(f"{run.devices} process(es): training in {run_dir.path} (log: {log})")
         started = time.monotonic()
-        code = run_logged(argv, log, env)
-        run.state = "finished" if code == 0 and run_dir.summary.exists() else "failed"
+        outcome = train_logged(p.resolution, run_dir.path, log, no_resume=True, env=env)
+        run.state = "finished" if outcome.exit_code == 0 else "failed"
         sweep.save()
         if run.state == "failed":
             tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
-            say(f"{run.devices} process(es): training failed (exit code {code}); the end of {log}:\n{tail}")
+            say(
+                f"{run.devices} process(es): training failed (exit code {outcome.exit_code}); the end of {log}:\n{tail}"
+            )
             return False
         say(f"{run.devices} process(es): finished in {time.monotonic() - started:.0f} s")
     return True
@@ -231,50 +223,42 @@ def run_local(sweep: Sweep, planned: list[PlannedScale], say: Any = print) -> bo
 
 def submit_slurm(sweep: Sweep, planned: list[PlannedScale], dry_run: bool, say: Any = print) -> None:
     """Create each scale's run directory and job script, and submit it (unless dry_run)."""
-    from ..config import dump_config
-    from ..resolve import write_resolution
-    from ..rundir import create_run_dir
-    from ..slurm.jobs import prepare_job, submit_job
+    from ..runs.slurm import start_slurm
 
     for run, p in zip(sweep.runs, planned):
-        cfg = p.resolution.config
-        run_dir = create_run_dir(str(sweep.run_path(run)), cfg.output.name, cfg.output.runs_root, dump_config(cfg))
-        write_resolution(run_dir, p.resolution)
-        prepare_job(cfg, p.resolution.profile, run_dir)
+        started = start_slurm(p.resolution, str(sweep.run_path(run)), "--sweep-dir", no_resume=True, dry_run=dry_run)
         if dry_run:
             say(
-                f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job script {run_dir.job_script} (not submitted)"
+                f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job script {started.run.job_script} (not submitted)"
             )
             continue
-        run.job_id = submit_job(run_dir, p.resolution.profile.name)
+        run.job_id = started.job_id
         run.state = "submitted"
         sweep.save()
-        say(f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job {run.job_id}, run dir {run_dir.path}")
+        say(
+            f"{run.devices} device(s) = {run.nodes} node(s) x {run.per_node}: job {run.job_id}, run dir {started.run.path}"
+        )
 
 
 def render_all(planned: list[PlannedScale], root: Path) -> None:
     """Render every scale's job script before anything exists: a problem stops the sweep with nothing submitted."""
-    from ..slurm.jobs import render_job
+    from ..runs.slurm import check_renders
 
     for p in planned:
-        render_job(p.resolution.config, p.resolution.profile, str(root / p.scale.name), "--sweep-dir")
+        check_renders(p.resolution, str(root / p.scale.name), "--sweep-dir")
 
 
-def wait_for_jobs(sweep: Sweep, poll_s: float = 5.0, say: Any = print) -> bool:
+def wait_for_jobs(sweep: Sweep, poll_s: float | None = None, say: Any = print) -> bool:
     """Wait until every submitted job of the sweep has ended; True when every run finished with a summary."""
-    from ..slurm.commands import job_state
+    from ..runs.wait import POLL_SECONDS
+    from ..runs.wait import wait_for_jobs as wait_loop
 
-    pending = [r for r in sweep.runs if r.job_id and r.state == "submitted"]
-    while pending:
-        for run in list(pending):
-            state = job_state(run.job_id)
-            if state.finished:
-                pending.remove(run)
-                done = RunDir(sweep.run_path(run)).summary.exists()
-                run.state = "finished" if done and state.state in ("COMPLETED", "UNKNOWN") else "failed"
-                sweep.save()
-                see = "" if run.state == "finished" else f" (see {sweep.run_path(run) / 'logs'})"
-                say(f"{run.devices} device(s): job {run.job_id} {state.state}{see}")
-        if pending:
-            time.sleep(poll_s)
+    pending = {i: r.job_id for i, r in enumerate(sweep.runs) if r.job_id and r.state == "submitted"}
+    for i, state in wait_loop(pending, POLL_SECONDS if poll_s is None else poll_s):
+        run = sweep.runs[i]
+        done = RunDir(sweep.run_path(run)).summary.exists()
+        run.state = "finished" if done and state.state in ("COMPLETED", "UNKNOWN") else "failed"
+        sweep.save()
+        see = "" if run.state == "finished" else f" (see {sweep.run_path(run) / 'logs'})"
+        say(f"{run.devices} device(s): job {run.job_id} {state.state}{see}")
     return all(r.state == "finished" for r in sweep.runs)

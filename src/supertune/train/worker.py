@@ -1,4 +1,4 @@
-"""Entry point of each training process: `python -m supertune.train.worker RUN_DIR`.
+"""Each training process: entry point `train-worker RUN_DIR` of supertune.entry.
 
 Started by torchrun (`supertune train --nproc N`, and inside SLURM jobs), by `accelerate launch`, by
 the deepspeed launcher, or directly by srun; supertune.launch.environment tells them apart.
@@ -6,6 +6,7 @@ the deepspeed launcher, or directly by srun; supertune.launch.environment tells 
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import sys
@@ -27,14 +28,20 @@ from .logging_setup import setup_logging  # noqa: E402
 from .run import run_training  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    """0 when the run finished or stopped on request after its checkpoint (the launcher must not
-    treat that as a failure and restart it); 2 on a user error."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m supertune.train.worker RUN_DIR", file=sys.stderr)
-        return 2
-    run = RunDir(Path(args[0]))
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run directory (its config.yaml says what to train)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, then end the process at once (exit_now): 0 when the run finished or stopped on request
+    after its checkpoint (the launcher must not treat that as a failure and restart it); 2 on a user error."""
+    exit_now(_train(RunDir(args.run_dir)))
+    return 0  # not reached
+
+
+def _train(run: RunDir) -> int:
     view = launch_environment()
     if view.lacks_torch_variables:
         # srun (the srun launcher) or mpirun started this process directly: give torch.distributed its
@@ -83,4 +90,8 @@ def describe(view: LaunchEnvironment) -> str:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    # Job scripts rendered before the entry table started workers as `python -m supertune.train.worker
+    # RUN_DIR`; a job of those requeued after an upgrade runs that line again and must still resume.
+    from ..entry import TRAIN_WORKER, main
+
+    sys.exit(main([TRAIN_WORKER, *sys.argv[1:]]))

@@ -1,5 +1,6 @@
-"""Which run directory a `train` or `submit` writes to: a new one, or the unfinished run that
---run-dir names (resumed from its checkpoints with the same settings)."""
+"""Which run directory a run that starts writes to (`train`, `submit`, a sweep's scale, a federated
+site's round): a new one, or the unfinished run that --run-dir names (resumed from its checkpoints
+with the same settings)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,181 @@
+"""A run trained on this machine, and how it ended.
+
+`train_here` trains in this process, or, for several processes, is the parent of torchrun's (a stop
+signal to this process becomes the run's stop-request file, which the workers read: torchrun's
+agent is left alone, since it would pass SIGTERM on with a 30 s limit and SIGUSR1 kills it).
+`train_logged` trains in processes of their own with their output in a log: the sweep's scales and
+a federation's local sites, which run one training after another. Either way the outcome is read
+from the run directory (summary.json, the stop record), not from the processes' output.
+Importing this module is cheap: `supertune train` installs the signal handlers through it first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..exit_codes import REQUEUE_EXIT_CODE
+from ..rundir import RunDir
+from ..train.signals import clear_stop_files, install_signal_handlers, request_stop
+from .run_dir_choice import choose_run_dir
+
+if TYPE_CHECKING:
+    from ..config.schema import RunConfig
+    from ..resolve.resolve import Resolution
+
+__all__ = ["LocalOutcome", "forward_stop_signals", "check_local_start", "train_here", "train_logged", "summary_lines"]
+
+
+@dataclass(frozen=True)
+class LocalOutcome:
+    """How a local run ended: finished (its summary), stopped on request after a checkpoint, or failed."""
+
+    run: RunDir
+    code: int
+    """Exit code of the training processes (0 for training in this process)."""
+    summary: dict | None
+    """summary.json (or, trained in this process, the summary training returned); None: not finished."""
+    stopped: dict | None = None
+    """The stop record (step, reason, checkpoint) of a run that stopped on request."""
+
+    @property
+    def exit_code(self) -> int:
+        """What `supertune train` exits with: REQUEUE_EXIT_CODE after a stop (run it again to resume),
+        the processes' code after a failure, 1 when they ended without a summary."""
+        if self.stopped is not None:
+            return REQUEUE_EXIT_CODE
+        if self.code != 0:
+            return self.code
+        return 0 if self.summary is not None else 1
+
+
+def forward_stop_signals() -> list[RunDir]:
+    """From now on, SIGUSR1 and SIGTERM to this process ask every run in the returned list (append
+    the run once it is known) to checkpoint and stop. Call it before heavy imports: SIGUSR1's
+    default action would end the process."""
+    runs: list[RunDir] = []
+
+    def pass_on(_signal: str) -> None:
+        for run in runs:
+            request_stop(run)
+
+    install_signal_handlers(also=pass_on)
+    return runs
+
+
+def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
+    """Before a run directory exists: GPUs this PyTorch cannot use (`gpus`; it imports torch, which
+    the training processes check again), and the weights the run starts from against their
+    manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind."""
+    from ..checkpoints.model_files import check_saved_model
+
+    if gpus:
+        from ..doctor.startup import refuse_unusable_gpus
+
+        refuse_unusable_gpus()  # a GPU job that would train on the CPU, or stop at its first kernel
+    m = cfg.model
+    if m.name_or_path and not m.from_config:
+        check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
+
+
+def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutcome:
+    """Train `run` in the foreground: in this process, or as the parent of launch.nproc processes under
+    torchrun (unless a launcher started this process already). The run joins `watched` (from
+    forward_stop_signals) once the previous attempt's stop files are gone."""
+    from ..launch.environment import launch_environment
+
+    clear_stop_files(run)
+    watched.append(run)
+    if cfg.launch.nproc > 1 and not launch_environment().distributed:
+        from ..subprocesses import run_foreground
+
+        _warn_threads(
+            cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), lambda line: print(line, file=sys.stderr, flush=True)
+        )
+        return _outcome(run, run_foreground(_argv(cfg, run)))
+    from ..train.logging_setup import setup_logging
+    from ..train.run import run_training
+
+    setup_logging()
+    summary = run_training(cfg, run)
+    return LocalOutcome(run, 0, summary, summary if summary.get("stopped") else None)
+
+
+def train_logged(
+    resolution: Resolution, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None
+) -> LocalOutcome:
+    """Train the run in `run_dir` (new, or resumed unless `no_resume`) in processes of their own, their
+    output appended to `log`: one training worker, or torchrun's. A run found finished is not started.
+    The processes die with this one (a killed federation leaves no training behind)."""
+    from ..subprocesses import run_logged
+
+    cfg = resolution.config
+    check_local_start(cfg, gpus=False)  # the workers check their GPUs themselves
+    choice = choose_run_dir(str(run_dir), resolution, no_resume)
+    _note(log, f"supertune: {choice.message}")
+    if choice.finished:
+        return LocalOutcome(choice.run, 0, choice.run.read_summary("run directory"))
+    clear_stop_files(choice.run)
+    if cfg.launch.nproc > 1:
+        threads = (env or {}).get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
+        _warn_threads(cfg.launch.nproc, threads, lambda line: _note(log, line))
+    outcome = _outcome(choice.run, run_logged(_argv(cfg, choice.run), log, env))
+    for line in summary_lines(outcome.summary, outcome.run) if outcome.summary else []:
+        _note(log, line)  # the log ends as `supertune train`'s output does
+    return outcome
+
+
+def summary_lines(summary: dict, run: RunDir) -> list[str]:
+    """What a finished run says last: eval loss and perplexity, steps and tokens, where the model is."""
+    lines = [
+        f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
+        + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
+        f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
+        + (
+            f" (resumed at step {summary['resumed_from_step']}; "
+            if summary.get("resumed_from_step") is not None
+            else " ("
+        )
+        + f"{summary['train_runtime_s']:.1f} s of training in this process, {summary['tokens_per_second']:.0f} tokens/s)",
+        f"model saved to {run.model}" if run.model.exists() else "model not saved (output.save_model=false)",
+    ]
+    if summary.get("sample"):
+        lines.append(f"sample: {summary['sample']!r}")
+    return [f"supertune: {line}" for line in lines]
+
+
+def _argv(cfg: RunConfig, run: RunDir) -> list[str]:
+    """The training processes of a run on this machine: torchrun's for several, else one worker."""
+    from ..entry import TRAIN_WORKER, entry_words
+    from ..launch.local import torchrun_argv
+
+    if cfg.launch.nproc > 1:
+        return torchrun_argv(cfg.launch.nproc, [str(run.path)], max_restarts=cfg.launch.max_restarts)
+    return [sys.executable, *map(str, entry_words(TRAIN_WORKER, [str(run.path)]))]
+
+
+def _outcome(run: RunDir, code: int) -> LocalOutcome:
+    """The outcome of processes that have exited with `code`, from the files they left."""
+    stopped = json.loads(run.stopped.read_text()) if run.stopped.exists() else None
+    summary = run.read_summary("run directory") if stopped is None and code == 0 else None
+    return LocalOutcome(run, code, summary, stopped)
+
+
+def _warn_threads(nproc: int, omp_num_threads: str | None, say: Callable[[str], None]) -> None:
+    from ..launch.local import thread_oversubscription
+
+    warning = thread_oversubscription(nproc, omp_num_threads, len(os.sched_getaffinity(0)))
+    if warning:
+        say(f"supertune: warning: {warning}")
+
+
+def _note(log: Path, line: str) -> None:
+    """A line of supertune's own in a training log, before the processes write theirs."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
