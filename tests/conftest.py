@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["slurm_fixtures"]  # the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py)
+# the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py); the ddp run the strategy tests compare with
+pytest_plugins = ["slurm_fixtures", "strategy_runs"]
 
 _ROOT = Path(tempfile.mkdtemp(prefix="supertune-tests-"))
 os.environ["SUPERTUNE_CACHE"] = str(_ROOT / "cache")

@@ -7,7 +7,6 @@ code shards on GPUs (NCCL); only the mesh's device type differs (supertune.distr
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -15,41 +14,11 @@ import sys
 
 import pytest
 
+from strategy_runs import run_losses, train_run
+
 pytestmark = pytest.mark.slow
 
-COMMON = [
-    "training.max_steps=6",
-    "training.logging_steps=1",
-    "training.save_strategy=no",
-    "training.report_to=[]",
-    "training.per_device_train_batch_size=8",
-    "generate.max_new_tokens=4",
-]
 TOLERANCE = 1e-5
-
-
-def _losses(run_dir):
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}, json.loads((run_dir / "summary.json").read_text())
-
-
-def _train(run_dir, *args, nproc=2):
-    proc = subprocess.run(
-        [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), "--nproc", str(nproc), *COMMON, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return _losses(run_dir)
-
-
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("ddp") / "run"
-    losses, summary = _train(run_dir)
-    assert summary["sharding"]["wrapper"] == "DistributedDataParallel"
-    return run_dir, losses, summary
 
 
 def _assert_matches_ddp(ddp, losses, summary, tolerance=TOLERANCE):
@@ -95,7 +64,7 @@ def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extr
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
-    losses, summary = _train(
+    losses, summary = train_run(
         run_dir, "distributed.strategy=fsdp", f"distributed.fsdp.sharding={sharding}", f"output.dtype={dtype}", *extra
     )
     _assert_matches_ddp(ddp, losses, summary)
@@ -132,8 +101,8 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
         "training.per_device_train_batch_size=4",
         "training.global_batch_size=16",
     ]
-    ddp_lora = _train(tmp_path / "ddp", *lora)
-    losses, summary = _train(tmp_path / "run", "distributed.strategy=fsdp", *lora)
+    ddp_lora = train_run(tmp_path / "ddp", *lora)
+    losses, summary = train_run(tmp_path / "run", "distributed.strategy=fsdp", *lora)
     _assert_matches_ddp((tmp_path / "ddp", *ddp_lora), losses, summary)
     _assert_sharded(summary, {"dp_shard": 2}, 5)
     adapters = load_file(tmp_path / "run" / "model" / "adapter_model.safetensors")
@@ -160,7 +129,7 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     import yaml
 
     split = ["training.per_device_train_batch_size=2", "training.global_batch_size=16"]
-    ddp = (tmp_path / "ddp", *_train(tmp_path / "ddp", *split, nproc=4))
+    ddp = (tmp_path / "ddp", *train_run(tmp_path / "ddp", *split, nproc=4))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
@@ -202,7 +171,7 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     outputs = [a.communicate(timeout=600)[0] for a in agents]
     assert [a.returncode for a in agents] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert "(node 1 of 2, local rank 1 of 2)" in outputs[1]
-    losses, summary = _losses(run_dir)
+    losses, summary = run_losses(run_dir)
     _assert_matches_ddp(ddp, losses, summary)
     _assert_sharded(summary, {"dp_replicate": 2, "dp_shard": 2}, 5)
 

@@ -12,37 +12,11 @@ import sys
 
 import pytest
 
+from strategy_runs import train_run
+
 pytestmark = pytest.mark.slow
 
-COMMON = [
-    "training.max_steps=6",
-    "training.logging_steps=1",
-    "training.save_strategy=no",
-    "training.report_to=[]",
-    "training.per_device_train_batch_size=8",
-    "generate.max_new_tokens=4",
-]
 TOLERANCE = 1e-3
-
-
-def _train(run_dir, *args):
-    proc = subprocess.run(
-        [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), "--nproc", "2", *COMMON, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}, json.loads((run_dir / "summary.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("ddp") / "run"
-    losses, summary = _train(run_dir)
-    assert summary["sharding"]["wrapper"] == "DistributedDataParallel"
-    return run_dir, losses, summary
 
 
 def _assert_matches_ddp(ddp, losses, summary):
@@ -57,7 +31,7 @@ def _assert_matches_ddp(ddp, losses, summary):
 
 
 def test_zero2_matches_ddp(ddp, tmp_path):
-    losses, summary = _train(tmp_path / "run", "distributed.strategy=zero2")
+    losses, summary = train_run(tmp_path / "run", "distributed.strategy=zero2")
     _assert_matches_ddp(ddp, losses, summary)
     s = summary["sharding"]
     assert (s["wrapper"], s["zero_stage"], s["offload"]) == ("DeepSpeedEngine", 2, "none")
@@ -67,7 +41,7 @@ def test_zero2_matches_ddp(ddp, tmp_path):
 
 
 def test_zero2_with_cpu_offload_matches_ddp(ddp, tmp_path):
-    losses, summary = _train(tmp_path / "run", "distributed.strategy=zero2", "distributed.offload=cpu")
+    losses, summary = train_run(tmp_path / "run", "distributed.strategy=zero2", "distributed.offload=cpu")
     _assert_matches_ddp(ddp, losses, summary)
     assert (summary["sharding"]["zero_stage"], summary["sharding"]["offload"]) == (2, "cpu")
 
@@ -80,7 +54,7 @@ def test_zero3_shards_matches_ddp_and_saves_a_plain_16bit_gathered_model(ddp, tm
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
-    losses, summary = _train(run_dir, "distributed.strategy=zero3")
+    losses, summary = train_run(run_dir, "distributed.strategy=zero3")
     _assert_matches_ddp(ddp, losses, summary)
     s = summary["sharding"]
     assert (s["zero_stage"], s["offload"]) == (3, "none")
@@ -105,7 +79,7 @@ def test_lora_under_zero3_saves_adapters_that_reload(ddp, tmp_path):
     from supertune.evaluation.perplexity import evaluate_saved_model
 
     run_dir = tmp_path / "run"
-    _, summary = _train(
+    _, summary = train_run(
         run_dir,
         "distributed.strategy=zero3",
         "model.lora.enabled=true",

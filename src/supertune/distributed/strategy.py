@@ -21,6 +21,7 @@ __all__ = [
     "uses_deepspeed",
     "shards_parameters",
     "prepare_process",
+    "shard_for_strategy",
     "strategy_arguments",
     "after_training_arguments",
 ]
@@ -43,17 +44,21 @@ def prepare_process(cfg: RunConfig, env: LaunchEnvironment) -> None:
         start_deepspeed_process(env, cfg.training.ddp_timeout)
 
 
-def strategy_arguments(cfg: RunConfig, run: RunDir, model: Any, env: LaunchEnvironment) -> dict[str, Any]:
-    """TrainingArguments keywords of the strategy; the main process also writes the DeepSpeed JSON.
-    Under fsdp the model is sharded here, in place, before the Trainer sees it."""
+def shard_for_strategy(cfg: RunConfig, model: Any, env: LaunchEnvironment) -> None:
+    """Before the Trainer sees the model: under fsdp it is sharded here, in place (DeepSpeed shards
+    inside the Trainer; ddp replicates)."""
+    if cfg.distributed.strategy == "fsdp":
+        shard_model(model, cfg, env)
+
+
+def strategy_arguments(cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> dict[str, Any]:
+    """TrainingArguments keywords of the strategy; the main process also writes the DeepSpeed JSON."""
     if uses_deepspeed(cfg):
         config = deepspeed_config(cfg)
         if env.is_main:
             write_json_atomic(run.deepspeed_config, config)
         # The dict, not the file: no rank may read the file before the main rank has written it.
         return {"deepspeed": config}
-    if cfg.distributed.strategy == "fsdp":
-        shard_model(model, cfg, env)
     return {}
 
 

@@ -49,8 +49,7 @@ def prepare_slurm(
     the script is None when the run has finished."""
     from ..slurm.jobs import prepare_job
 
-    check_renders(resolution, run_dir, run_dir_field)
-    choice = choose_run_dir(run_dir, resolution, no_resume)
+    choice = _checked_choice(resolution, run_dir, run_dir_field, no_resume)
     if choice.finished:
         return choice, None
     return choice, prepare_job(resolution.config, resolution.profile, choice.run)[1]
@@ -68,8 +67,7 @@ def start_slurm(
     last job is still queued or running is refused (UserError naming `run_dir_field`), or that job is kept."""
     from ..slurm.jobs import prepare_job, submit_job
 
-    check_renders(resolution, run_dir, run_dir_field)
-    choice = choose_run_dir(run_dir, resolution, no_resume)
+    choice = _checked_choice(resolution, run_dir, run_dir_field, no_resume)
     if choice.finished:
         return SlurmStart(choice)
     if choice.resumed and not dry_run:
@@ -86,6 +84,12 @@ def start_slurm(
     if dry_run:
         return SlurmStart(choice, script)
     return SlurmStart(choice, script, submit_job(choice.run, profile.name))
+
+
+def _checked_choice(resolution: Resolution, run_dir: str | None, run_dir_field: str, no_resume: bool) -> RunDirChoice:
+    """The job script checked (nothing exists yet), then the run directory made or chosen."""
+    check_renders(resolution, run_dir, run_dir_field)
+    return choose_run_dir(run_dir, resolution, no_resume)
 
 
 def check_renders(resolution: Resolution, run_dir: str | None, run_dir_field: str = "--run-dir") -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from ..checkpoints.layout import CheckpointDir
 from ..config.schema import RunConfig
 from ..distributed.guard import StrategyGuard
-from ..distributed.strategy import after_training_arguments, strategy_arguments
+from ..distributed.strategy import after_training_arguments, shard_for_strategy, strategy_arguments
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir
 from ..telemetry.callback import Telemetry
@@ -70,7 +70,8 @@ def build_trainer(
             "%s; checkpoints or NaN checks may not work: use the transformers version in pinned-requirements.txt",
             problem,
         )
-    args = training_arguments(cfg, run, strategy_arguments(cfg, run, model, env))
+    shard_for_strategy(cfg, model, env)
+    args = training_arguments(cfg, run, strategy_arguments(cfg, run, env))
     after_training_arguments(cfg, env)
     trainer = GuardedTrainer(
         model=model,
