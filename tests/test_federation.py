@@ -241,3 +241,19 @@ def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) 
     with pytest.raises(ConfigError) as refused:
         resolve_sites(FederationConfig(sites=[SiteConfig(name="a", overrides=remote), SiteConfig(name="b")]))
     assert "sites[0] (a): data.train_files: glob '/site/scratch/corpus/*.jsonl' matches no file" in str(refused.value)
+
+
+def test_an_fsdp_site_is_refused_until_averaging_reads_sharded_checkpoints() -> None:
+    from supertune.config.errors import ConfigError
+    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.sites import resolve_sites
+
+    with pytest.raises(ConfigError) as refused:
+        resolve_sites(FederationConfig(sites=[
+            SiteConfig(name="a", overrides=["distributed.strategy=fsdp"]),
+            SiteConfig(name="b", overrides=["distributed.strategy=zero3"]),
+        ]))  # fmt: skip
+    assert refused.value.problems == [
+        "sites[0] (a): distributed.strategy: fsdp writes sharded checkpoints, which the federation's average "
+        "does not read yet; use distributed.strategy=zero3 (also sharded) at this site"
+    ]

@@ -7,6 +7,7 @@ code shards on GPUs (NCCL); only the mesh's device type differs (supertune.distr
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -176,20 +177,9 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     _assert_sharded(summary, {"dp_replicate": 2, "dp_shard": 2}, 5)
 
 
-def test_a_stop_request_under_fsdp_stops_with_one_line_and_no_checkpoint(ddp, tmp_path):
-    """A stop request asks for a checkpoint, which fsdp does not write yet: the run says so and stops,
-    leaving no checkpoint behind (never a partial one)."""
-    import yaml
-
-    from supertune.rundir import RunDir
-
-    run = RunDir(tmp_path / "run")
-    run.path.mkdir()
-    config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
-    config["distributed"]["strategy"] = "fsdp"
-    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
-    run.stop_request.write_text("")  # present from the start: the first step's end sees it
-    proc = subprocess.run(
+def _torchrun_worker(run_dir):
+    """One node of 2 processes training the run directory's config, as `supertune train --nproc 2` starts them."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -202,18 +192,49 @@ def test_a_stop_request_under_fsdp_stops_with_one_line_and_no_checkpoint(ddp, tm
             str(_free_port()),
             "-m",
             "supertune.train.worker",
-            str(run.path),
+            str(run_dir),
         ],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    assert proc.returncode != 0
-    line = (
-        "supertune: error: distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step 1 "
-        "(checkpoints are not written under fsdp yet); the run stops without one"
-    )
-    assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr.split(line)[0]  # the line, not a traceback, is what the rank says
-    assert not (run.path / "checkpoints").exists() or not any((run.path / "checkpoints").iterdir())
+
+
+def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resumes(ddp, tmp_path):
+    """A stop request (the stop file, as SIGUSR1 and the Slurm requeue path write it) saves a sharded
+    checkpoint of the step and stops; started again, the run resumes there and ends with the DDP
+    run's weights and per-step losses."""
+    import yaml
+    from safetensors.torch import load_file
+
+    from supertune.checkpoints.layout import CheckpointDir
+    from supertune.checkpoints.manifest import check_files, read_manifest
+    from supertune.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
+    config["distributed"]["strategy"] = "fsdp"
+    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+    run.stop_request.write_text("")  # present from the start: the first step's end sees it
+    stopped = _torchrun_worker(run.path)
+    assert stopped.returncode != 0 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    record = json.loads(run.stopped.read_text())
+    assert record["step"] == 1 and record["checkpoint"] == "checkpoint-1"
+    layout = CheckpointDir(run.checkpoints)
+    assert layout.latest() == layout.final(1)
+    manifest = read_manifest(layout.final(1))
+    assert manifest.reason == record["reason"] and check_files(layout.final(1), manifest) == []
+    assert {"fsdp_model/__0_0.distcp", "fsdp_model/__1_0.distcp", "fsdp_optimizer/__1_0.distcp"} <= set(manifest.files)
+
+    run.stop_request.unlink()
+    resumed = _torchrun_worker(run.path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from checkpoint-1" in resumed.stderr
+    losses, summary = run_losses(run.path)
+    _assert_matches_ddp(ddp, losses, summary)
+    assert summary["resumed_from_step"] == 1
+    weights = load_file(run.model / "model.safetensors")
+    ddp_weights = load_file(ddp[0] / "model" / "model.safetensors")
+    assert max((ddp_weights[k] - weights[k]).abs().max().item() for k in weights) <= 1e-5

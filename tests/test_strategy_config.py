@@ -190,12 +190,17 @@ def test_fp16_on_an_accelerator_without_it_is_refused(capsys):
     assert code == 2 and "training.fp16: DeepSpeed's cpu accelerator does not support fp16" in capsys.readouterr().err
 
 
-def test_fsdp_checkpoints_are_refused_before_anything_starts(capsys):
-    """Checkpoints of an FSDP run are not written yet: one line at validation, on CPU as on GPUs."""
-    code = main(["config", "show", "distributed.strategy=fsdp"])
-    err = capsys.readouterr().err
-    assert code == 2 and "training.save_strategy: checkpoints are not written under distributed.strategy=fsdp" in err
-    assert main(["config", "show", "distributed.strategy=fsdp", "training.save_strategy=no"]) == 0
+def test_fsdp_with_checkpoints_passes_validation_and_the_trainer_saves_the_model_alone(capsys):
+    """FSDP checkpoints are sharded (tests/test_fsdp_resume.py): nothing to refuse. The Trainer is told
+    to save only the model, the one way it starts with checkpoints of a model sharded before it; the
+    optimizer, scheduler and RNG files are written by supertune's Trainer."""
+    from supertune.distributed.strategy import strategy_arguments
+    from supertune.launch.environment import LaunchEnvironment
+
+    assert main(["config", "show", "distributed.strategy=fsdp"]) == 0
+    assert "save_strategy" not in capsys.readouterr().err
+    assert strategy_arguments(_cfg("fsdp"), None, LaunchEnvironment(world_size=2)) == {"save_only_model": True}
+    assert strategy_arguments(_cfg("ddp"), None, LaunchEnvironment(world_size=2)) == {}
 
 
 # --- FSDP: what is refused before sharding, and the guard ------------------------------------------

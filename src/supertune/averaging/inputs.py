@@ -29,6 +29,7 @@ from ..checkpoints.manifest import (
     model_manifest_size_problems,
     read_manifest,
 )
+from ..distributed.fsdp_checkpoint import is_sharded_checkpoint
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
 from ..weight_files.tensor_files import INDEX_SUFFIX, WeightFiles
@@ -234,7 +235,10 @@ def _make(
     if name is None:
         others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".safetensors"))
         hint = (
-            f"it holds {', '.join(others[:3])}; only safetensors weights are averaged (save them again with save_pretrained)"
+            "it is an FSDP run's sharded checkpoint (fsdp_model/: every rank's shards), which averaging does not "
+            "read yet; average that run's final model/ instead"
+            if is_sharded_checkpoint(directory)
+            else f"it holds {', '.join(others[:3])}; only safetensors weights are averaged (save them again with save_pretrained)"
             if others
             else "it holds no model.safetensors, index or adapter_model.safetensors"
         )

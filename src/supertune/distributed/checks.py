@@ -29,13 +29,6 @@ def strategy_problems(cfg: RunConfig) -> list[str]:
     problems = _sharded_lora_problems(cfg) if strategy in ("zero3", "fsdp") else []
     if strategy in ZERO_STAGES:
         problems += _zero_problems(cfg, local)
-    if strategy == "fsdp" and cfg.training.save_strategy != "no":
-        # The Trainer cannot checkpoint the optimizer of a model sharded before it (it raises at
-        # start); sharded checkpoints with exact resume are not written yet.
-        problems.append(
-            "training.save_strategy: checkpoints are not written under distributed.strategy=fsdp yet (the final model is); "
-            "set training.save_strategy=no, or use distributed.strategy=zero3 to checkpoint a sharded run"
-        )
     return problems
 
 

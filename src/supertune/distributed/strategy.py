@@ -2,7 +2,8 @@
 
 ddp is the Trainer's default data parallelism (nothing to add); zero1/2/3 pass DeepSpeed's JSON,
 also written to RunDir.deepspeed_config for the record; fsdp shards the model here (supertune.distributed.fsdp)
-and adds nothing to TrainingArguments.
+and asks the Trainer to save only the model (its sharded checkpoint files are written by
+supertune.train.guarded_trainer).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def strategy_arguments(cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> d
             write_json_atomic(run.deepspeed_config, config)
         # The dict, not the file: no rank may read the file before the main rank has written it.
         return {"deepspeed": config}
+    if cfg.distributed.strategy == "fsdp":
+        # The Trainer refuses to start with checkpoints of a model sharded before it unless it saves
+        # the model alone; the guarded Trainer then writes the sharded model, optimizer, scheduler
+        # and RNG states itself.
+        return {"save_only_model": True}
     return {}
 
 

@@ -77,6 +77,13 @@ def _site_problems(fed: FederationConfig, site: SiteConfig, cfg: RunConfig) -> l
             f"optimizer_state: kept carries a torch optimizer's state between rounds, which distributed.strategy="
             f"{cfg.distributed.strategy} does not save as one; use optimizer_state: fresh or distributed.strategy=ddp"
         )
+    if cfg.distributed.strategy == "fsdp":
+        # Each round averages the sites' checkpoints, and an fsdp site's are every rank's shards,
+        # which averaging does not read yet.
+        p.append(
+            "distributed.strategy: fsdp writes sharded checkpoints, which the federation's average does not read yet; "
+            "use distributed.strategy=zero3 (also sharded) at this site"
+        )
     if cfg.data.streaming and cfg.data.store is None:
         p.append(
             "data.streaming: each round reads the site's data from a new seed; a stream cannot be reordered that way, use files or a token store"

@@ -44,7 +44,7 @@ PASSED_THROUGH = (
 def training_arguments(cfg: RunConfig, run: RunDir, strategy: dict[str, Any] | None = None) -> Any:
     """The TrainingArguments of a run; checkpoints go to RunDir.checkpoints.
 
-    `strategy`: keywords of distributed.strategy (deepspeed=...; none for ddp and fsdp, whose model is sharded before).
+    `strategy`: keywords of distributed.strategy (deepspeed=...; save_only_model for fsdp, whose model is sharded before; none for ddp).
     """
     import torch
     from transformers import TrainingArguments

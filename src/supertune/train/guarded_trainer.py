@@ -3,6 +3,9 @@
 - Checkpoints are written by the Trainer's own code (weights, optimizer, scheduler, RNG states,
   trainer state; DeepSpeed's per-rank files) into a staging directory, then published with a
   manifest and the run's config by supertune.checkpoints.layout; free space is checked first.
+- Under fsdp the weights and optimizer state are written by every rank as its own shards
+  (supertune.distributed.fsdp_checkpoint) in place of the Trainer's gathered files; the scheduler,
+  RNG states and trainer state are the Trainer's, and publishing is the same.
 - A NaN/Inf loss or gradient norm is reported to the RunGuard, which stops every rank at that step.
 """
 
@@ -22,6 +25,12 @@ from ..checkpoints.layout import CheckpointDir
 from ..checkpoints.manifest import CheckpointManifest, file_digests, read_manifest
 from ..checkpoints.space import expected_checkpoint_bytes, space_problem
 from ..distributed.fsdp import deferred_gradient_reduction
+from ..distributed.fsdp_checkpoint import (
+    load_sharded_model,
+    load_sharded_optimizer,
+    save_sharded_model,
+    save_sharded_optimizer,
+)
 from ..errors import UserError
 from .stopping import RunGuard
 
@@ -61,14 +70,6 @@ class GuardedTrainer(Trainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         s = self.supertune
         step = self.state.global_step
-        if getattr(self.model, "is_distributed_loading_by_transformers", False):
-            # Only a stop request gets here (config validation refuses scheduled checkpoints under
-            # fsdp): no checkpoint of a sharded optimizer is written yet, and a partial one would
-            # resume wrongly. Stop with the reason rather than pretend to have saved.
-            raise UserError(
-                f"distributed.strategy: fsdp cannot write the checkpoint this stop asks for at step {step} "
-                "(checkpoints are not written under fsdp yet); the run stops without one"
-            )
         self._fault("save.begin")
         self._check_space(step)
         main = self.is_world_process_zero()
@@ -107,6 +108,57 @@ class GuardedTrainer(Trainer):
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         self._fault("save.weights")
         super()._save_optimizer_and_scheduler(output_dir)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        if _internal_call and self._fsdp_sharded():
+            self._save_sharded(Path(output_dir or self.args.output_dir))
+            return
+        super().save_model(output_dir, _internal_call)
+
+    def _save_sharded(self, output_dir: Path) -> None:
+        """The files of an FSDP checkpoint, every rank writing its own shards (no gather).
+
+        The Trainer runs with save_only_model under fsdp (it refuses to checkpoint a model sharded
+        before it otherwise), so it skips the optimizer, scheduler, scaler and RNG files: they are
+        written here, after the model, as the Trainer orders them. Its trainer state follows.
+        """
+        import torch
+        from transformers.trainer import SCHEDULER_NAME
+
+        output_dir.mkdir(parents=True, exist_ok=True)
+        save_sharded_model(self.model, output_dir)
+        self._fault("save.weights")
+        save_sharded_optimizer(self.model, self.optimizer, output_dir)
+        if self.args.should_save:
+            torch.save(self.lr_scheduler.state_dict(), output_dir / SCHEDULER_NAME)
+            # What the checkpoint is a model of, for a reader that has no run config at hand.
+            base = self.accelerator.unwrap_model(self.model)
+            base = base.get_base_model() if hasattr(base, "get_base_model") else base
+            base.config.save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+        self._save_scaler(output_dir)
+        self._save_rng_state(str(output_dir))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if self._fsdp_sharded():
+            load_sharded_model(self.model, Path(resume_from_checkpoint))
+            return
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is None or not self._fsdp_sharded():
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        import torch
+        from transformers.trainer import SCHEDULER_NAME
+
+        load_sharded_optimizer(self.model, self.optimizer, Path(checkpoint))
+        self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / SCHEDULER_NAME, weights_only=True))
+
+    def _fsdp_sharded(self) -> bool:
+        """Whether the model was sharded by supertune before the Trainer (fsdp): its checkpoints are sharded too."""
+        return bool(getattr(self.model, "is_distributed_loading_by_transformers", False))
 
     def _check_space(self, step: int) -> None:
         """Stop every rank with one message when the next checkpoint would not fit."""

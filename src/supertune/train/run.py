@@ -70,7 +70,7 @@ def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tu
     if found is None:
         return trainer.train(), None
     path, manifest = found
-    _log_resume(path, manifest, env)
+    _log_resume(path, manifest, env, trainer.supertune.global_batch)
     fault_point("resume.loaded", manifest.step, env.rank)
     from transformers import TrainerState
 
@@ -80,7 +80,7 @@ def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tu
     return trainer.train(resume_from_checkpoint=str(path)), manifest
 
 
-def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
+def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment, global_batch: int) -> None:
     log.info(
         "resuming from %s: step %d, %d tokens seen, %d sequences consumed",
         path.name,
@@ -88,14 +88,28 @@ def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment) -> None:
         manifest.tokens_seen,
         manifest.samples_seen,
     )
-    if manifest.world_size != env.world_size:
-        log.warning(
-            "%s was written by %d processes and this run has %d: training continues, but the data order "
-            "differs from an uninterrupted run",
+    if manifest.world_size == env.world_size or not env.is_main:
+        return
+    if manifest.global_batch == global_batch:
+        # Each step takes the next global_batch sequences of the same order whatever the process
+        # count; only the split over processes (and, under fsdp, the shards read back) differs.
+        log.info(
+            "%s was written by %d processes and this run has %d: the global batch is the same (%d sequences), "
+            "so training continues on the same data; sharded state is read back split over %d processes",
             path.name,
             manifest.world_size,
             env.world_size,
+            global_batch,
+            env.world_size,
         )
+        return
+    log.warning(
+        "%s was written by %d processes and this run has %d: training continues, but the data order "
+        "differs from an uninterrupted run",
+        path.name,
+        manifest.world_size,
+        env.world_size,
+    )
 
 
 def _training_done(cfg: RunConfig, state: Any) -> bool:

@@ -35,6 +35,18 @@ TRAINER_INTERNALS = (
     TrainerInternal(
         "_save_optimizer_and_scheduler", ("output_dir",), "the save.weights fault point", ("_save_checkpoint",)
     ),
+    TrainerInternal(
+        "save_model",
+        ("output_dir", "_internal_call"),
+        "under fsdp a checkpoint's model and optimizer are written as each rank's shards",
+        ("_save_checkpoint",),
+    ),
+    TrainerInternal(
+        "_load_optimizer_and_scheduler",
+        ("checkpoint",),
+        "under fsdp the optimizer state is read from each rank's shards",
+        ("_prepare_for_training",),
+    ),
     TrainerInternal("training_step", ("model", "inputs", "num_items_in_batch"), "a non-finite loss stops the run"),
     TrainerInternal("_get_grad_norm", ("model", "grad_norm"), "a non-finite gradient norm stops the run"),
     # Referenced, not called, by the training loop (`sync_context = self._defer_fsdp_gradient_reduction`).

@@ -1,0 +1,87 @@
+"""Sharded checkpoints of an FSDP run: each rank writes and reads its own shards with torch
+distributed checkpoint (DCP); no rank gathers the whole model or optimizer state.
+
+Inside a checkpoint directory (supertune.checkpoints.layout publishes it with its manifest):
+
+    fsdp_model/       .metadata and one __<rank>_0.distcp per rank: parameters and buffers by name
+    fsdp_optimizer/   the same for the optimizer state (AdamW moments and step), keyed by parameter name
+
+The state dicts are torch's own (`torch.distributed.checkpoint.state_dict`): DTensor shards keyed by
+the unsharded parameter names, so a file says which slice of which tensor it holds. `.metadata`
+(written by rank 0 once every rank has written its file) maps every slice to its file and offset.
+
+Loading reads into the sharding the model has now: DCP copies each stored slice into the ranks whose
+shards overlap it. A checkpoint written by N processes therefore loads into M (another
+`--nproc`, or hybrid to full), and the tensors are the ones saved, element for element.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MODEL_DIR",
+    "OPTIMIZER_DIR",
+    "is_sharded_checkpoint",
+    "save_sharded_model",
+    "save_sharded_optimizer",
+    "load_sharded_model",
+    "load_sharded_optimizer",
+]
+
+MODEL_DIR = "fsdp_model"
+OPTIMIZER_DIR = "fsdp_optimizer"
+_METADATA = ".metadata"
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether `path` holds an FSDP run's sharded model (the metadata DCP writes last)."""
+    return (Path(path) / MODEL_DIR / _METADATA).is_file()
+
+
+def _torch_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer under accelerate's wrapper: DCP matches its parameters to the model's."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+def save_sharded_model(model: Any, checkpoint: Path) -> None:
+    """Every rank writes its shards of the parameters and buffers into checkpoint/fsdp_model (collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    dcp.save(get_model_state_dict(model), checkpoint_id=Path(checkpoint) / MODEL_DIR)
+
+
+def save_sharded_optimizer(model: Any, optimizer: Any, checkpoint: Path) -> None:
+    """Every rank writes its shards of the optimizer state into checkpoint/fsdp_optimizer (collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    state = get_optimizer_state_dict(model, _torch_optimizer(optimizer))
+    dcp.save(state, checkpoint_id=Path(checkpoint) / OPTIMIZER_DIR)
+
+
+def load_sharded_model(model: Any, checkpoint: Path) -> None:
+    """Every rank reads the slices of its shards from checkpoint/fsdp_model into the model (collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = get_model_state_dict(model)
+    dcp.load(state, checkpoint_id=Path(checkpoint) / MODEL_DIR)
+    set_model_state_dict(model, state)
+
+
+def load_sharded_optimizer(model: Any, optimizer: Any, checkpoint: Path) -> None:
+    """Every rank reads its shards of the optimizer state from checkpoint/fsdp_optimizer (collective).
+
+    torch's get_optimizer_state_dict first gives a fresh AdamW its state tensors (a step with zero
+    gradients and learning rate 0, which leaves the weights as they are) so there is a place to load into.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    optim = _torch_optimizer(optimizer)
+    state = get_optimizer_state_dict(model, optim)
+    dcp.load(state, checkpoint_id=Path(checkpoint) / OPTIMIZER_DIR)
+    set_optimizer_state_dict(model, optim, state)

@@ -1,0 +1,231 @@
+"""Sharded checkpoints of an FSDP run: SIGKILL real torchrun processes after a checkpoint and during a
+save, run the same command again, and get the weights of a run that was never interrupted.
+
+Each rank writes its own shards (torch distributed checkpoint) into the checkpoint directory; the
+manifest lists every rank's files and is checked on resume. The embedded tiny Llama, 12 steps at a
+global batch of 16, a checkpoint every 4, fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from strategy_runs import run_losses
+from supertune.checkpoints.layout import CheckpointDir
+from supertune.checkpoints.manifest import check_files, read_manifest
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = [
+    "distributed.strategy=fsdp",
+    "training.max_steps=12",
+    "training.save_steps=4",
+    "training.logging_steps=1",
+    "training.global_batch_size=16",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+]
+SHARDED = ("fsdp_model", "fsdp_optimizer")
+
+
+def train(run_dir: Path, *extra: str, fault: str | None = None, nproc: int = 2) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_FAULT")}
+    if fault:
+        env["SUPERTUNE_FAULT"] = fault
+    argv = [sys.executable, "-m", "supertune", "train", "--run-dir", str(run_dir), "--nproc", str(nproc)]
+    return subprocess.run([*argv, *SETTINGS, *extra], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run: 2 processes, full sharding."""
+    run = tmp_path_factory.mktemp("fsdp-reference") / "run"
+    proc = train(run)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return run
+
+
+def assert_resumed_exactly(run: Path, reference: Path, resumed_from: int) -> None:
+    """The final weights and every step's loss (a repeated step's last) of the reference, to 1e-5 in fp32."""
+    got, want = (load_file(r / "model" / "model.safetensors") for r in (run, reference))
+    assert got.keys() == want.keys()
+    worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    assert worst <= 1e-5, f"final weights differ by {worst}"
+    (got_losses, summary), (want_losses, _) = run_losses(run), run_losses(reference)
+    assert got_losses.keys() == want_losses.keys()
+    assert max(abs(got_losses[s] - want_losses[s]) for s in want_losses) <= 1e-5
+    assert (summary["train_steps"], summary["resumed_from_step"]) == (12, resumed_from)
+    assert summary["train_tokens"] == json.loads((reference / "summary.json").read_text())["train_tokens"]
+    assert summary["sharding"]["wrapper"].startswith("FSDP")
+    layout = CheckpointDir(run / "checkpoints")
+    assert not layout.staging_root.exists()
+    for _, path in layout.published():
+        assert check_files(path, read_manifest(path)) == []
+
+
+def test_a_sharded_checkpoint_lists_every_ranks_files_and_gathers_nothing(reference):
+    layout = CheckpointDir(reference / "checkpoints")
+    assert layout.latest() == layout.final(12)
+    manifest = read_manifest(layout.final(12))
+    assert (manifest.step, manifest.world_size, manifest.global_batch, manifest.samples_seen) == (12, 2, 16, 192)
+    for part in SHARDED:  # each rank's own file, and the metadata that maps every slice to one
+        assert {f"{part}/__0_0.distcp", f"{part}/__1_0.distcp", f"{part}/.metadata"} <= set(manifest.files)
+    for name in ("rng_state_0.pth", "rng_state_1.pth", "scheduler.pt", "trainer_state.json", "config.yaml"):
+        assert name in manifest.files, name
+    # no gathered copy of the weights or the optimizer state anywhere in the checkpoint
+    assert not any(name.endswith((".safetensors", ".bin")) or name == "optimizer.pt" for name in manifest.files)
+    # each rank's model file holds about half of the weights (5 MB in fp32, tied embeddings saved once per name)
+    rank0, rank1 = (manifest.files[f"fsdp_model/__{r}_0.distcp"]["size"] for r in (0, 1))
+    assert abs(rank0 - rank1) < 0.05 * rank0
+    # averaging reads full weights: an FSDP checkpoint is refused in one line that names the way out
+    average = subprocess.run(
+        [sys.executable, "-m", "supertune", "average", str(layout.final(8)), str(layout.final(12)), "--out",
+         str(reference.parent / "average")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert average.returncode == 2 and "Traceback" not in average.stderr
+    assert average.stderr.strip().splitlines() == [
+        f"supertune: error: MODEL {layout.final(8)}: no weights to average in {layout.final(8)} (it is an FSDP run's "
+        "sharded checkpoint (fsdp_model/: every rank's shards), which averaging does not read yet; average that "
+        "run's final model/ instead)"
+    ]
+
+
+@pytest.fixture(scope="module")
+def killed_after_checkpoint_8(tmp_path_factory) -> Path:
+    """A run killed twice: rank 0 with every file of checkpoint-8 written but no manifest (the same
+    command then resumes from checkpoint-4), then rank 1 at step 10, after checkpoint-8."""
+    run = tmp_path_factory.mktemp("fsdp-killed") / "run"
+    killed = train(run, fault="save.staged@8")
+    assert killed.returncode != 0 and not (run / "summary.json").exists(), killed.stderr[-3000:]
+    assert CheckpointDir(run / "checkpoints").latest() == CheckpointDir(run / "checkpoints").final(4)
+    killed = train(run, fault="step@10:1")
+    out = killed.stdout + killed.stderr
+    assert killed.returncode != 0 and not (run / "summary.json").exists(), out[-3000:]
+    assert "removing an unfinished checkpoint save" in out and "resuming from checkpoint-4" in out
+    assert CheckpointDir(run / "checkpoints").latest() == CheckpointDir(run / "checkpoints").final(8)
+    return run
+
+
+def test_kill_during_a_save_and_after_a_checkpoint_resumes_exactly(tmp_path, killed_after_checkpoint_8, reference):
+    """The same command again resumes from checkpoint-8 and ends with the reference's weights; the
+    losses of steps 5 to 8, trained after the first resume, are the reference's too."""
+    run = tmp_path / "run"
+    shutil.copytree(killed_after_checkpoint_8, run)
+    resumed = train(run)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "resuming from checkpoint-8" in out
+    assert_resumed_exactly(run, reference, resumed_from=8)
+
+
+def test_another_process_count_reads_the_shards_split_anew_and_a_damaged_shard_is_set_aside(
+    tmp_path, killed_after_checkpoint_8, reference
+):
+    """One byte of rank 1's optimizer shard in checkpoint-8 changed: that checkpoint is set aside and
+    the run resumes from checkpoint-4. Written by 2 processes, resumed by 4: DCP reads every saved
+    slice into the new shards. The global batch stays 16 (8 x 2, then 4 x 4), so the run must still
+    end with the reference's weights, which it can only if weights and AdamW moments were read right."""
+    run = tmp_path / "run"
+    shutil.copytree(killed_after_checkpoint_8, run)
+    shard = run / "checkpoints" / "checkpoint-8" / "fsdp_optimizer" / "__1_0.distcp"
+    with shard.open("r+b") as f:  # same size, one byte changed: only the sha256 can tell
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    resumed = train(run, nproc=4)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "checkpoint-8 is not usable (fsdp_optimizer/__1_0.distcp: sha256 differs from the manifest)" in out
+    assert "checkpoint-4 was written by 2 processes and this run has 4: the global batch is the same" in out
+    assert_resumed_exactly(run, reference, resumed_from=4)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 4 and summary["sharding"]["mesh"] == {"dp_shard": 4}
+    manifest = read_manifest(CheckpointDir(run / "checkpoints").final(12))
+    assert manifest.world_size == 4 and "fsdp_model/__3_0.distcp" in manifest.files
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _two_nodes(run_dir: Path, fault: str | None = None) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents of 2 processes on this machine joined as 2 nodes (the launch environment
+    sees 2 nodes x 2 local processes, as on two hosts), training the run directory's config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_FAULT")}
+    env["OMP_NUM_THREADS"] = "1"
+    if fault:
+        env["SUPERTUNE_FAULT"] = fault
+    port = _free_port()
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "supertune.train.worker",
+                str(run_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for node in (0, 1)
+    ]
+    try:
+        outputs = [a.communicate(timeout=600)[0] for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+    return [subprocess.CompletedProcess(a.args, a.returncode, out, "") for a, out in zip(agents, outputs)]
+
+
+def test_hybrid_on_two_nodes_resumes_exactly_after_a_kill_during_a_save(tmp_path, reference):
+    """Hybrid sharding on a 2 x 2 mesh (replicated across the two agents, sharded within each): rank 0
+    killed during the save of checkpoint-8, both agents started again, and the run ends with the
+    reference's weights (the same global batch of 16 over 4 processes)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shown = subprocess.run(
+        [sys.executable, "-m", "supertune", "config", "show", *SETTINGS, "distributed.fsdp.sharding=hybrid"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    (run / "config.yaml").write_text(shown.stdout)
+    killed = _two_nodes(run, fault="save.staged@8")
+    assert any(p.returncode != 0 for p in killed) and not (run / "summary.json").exists()
+    resumed = _two_nodes(run)
+    assert [p.returncode for p in resumed] == [0, 0], "\n".join(p.stdout[-3000:] for p in resumed)
+    assert "resuming from checkpoint-4" in resumed[0].stdout
+    assert_resumed_exactly(run, reference, resumed_from=4)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["sharding"]["mesh"] == {"dp_replicate": 2, "dp_shard": 2}
