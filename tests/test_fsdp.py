@@ -219,7 +219,9 @@ def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resum
     (run.path / "config.yaml").write_text(yaml.safe_dump(config))
     run.stop_request.write_text("")  # present from the start: the first step's end sees it
     stopped = _torchrun_worker(run.path)
-    assert stopped.returncode != 0 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    # a worker that stopped on request exits 0 (the run's parent reads stopped.json and exits 75)
+    assert stopped.returncode == 0 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert not run.summary.exists()
     record = json.loads(run.stopped.read_text())
     assert record["step"] == 1 and record["checkpoint"] == "checkpoint-1"
     layout = CheckpointDir(run.checkpoints)

@@ -26,6 +26,8 @@ from ..checkpoints.manifest import CheckpointManifest, file_digests, read_manife
 from ..checkpoints.space import expected_checkpoint_bytes, space_problem
 from ..distributed.fsdp import deferred_gradient_reduction
 from ..distributed.fsdp_checkpoint import (
+    MODEL_DIR,
+    is_sharded_checkpoint,
     load_sharded_model,
     load_sharded_optimizer,
     save_sharded_model,
@@ -142,7 +144,15 @@ class GuardedTrainer(Trainer):
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         if self._fsdp_sharded():
-            load_sharded_model(self.model, Path(resume_from_checkpoint))
+            path = Path(resume_from_checkpoint)
+            if not is_sharded_checkpoint(path):
+                # Only a checkpoint copied in from a run of another strategy gets here (resume refuses
+                # a changed distributed.strategy): say so rather than fail inside DCP.
+                raise UserError(
+                    f"{path}: holds no FSDP shards ({MODEL_DIR}/), so distributed.strategy=fsdp cannot resume from it; "
+                    "resume with the strategy that wrote it, or start a new run"
+                )
+            load_sharded_model(self.model, path)
             return
         super()._load_from_checkpoint(resume_from_checkpoint, model)
 
