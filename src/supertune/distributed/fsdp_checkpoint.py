@@ -13,6 +13,11 @@ the unsharded parameter names, so a file says which slice of which tensor it hol
 Loading reads into the sharding the model has now: DCP copies each stored slice into the ranks whose
 shards overlap it. A checkpoint written by N processes therefore loads into M (another
 `--nproc`, or hybrid to full), and the tensors are the ones saved, element for element.
+
+Costs: each rank writes its own share (fp32 weights and AdamW's two moments: 12 bytes a parameter
+over the shard count; shards replicated across nodes under hybrid are written once); the main
+process then reads every rank's files once to hash them for the manifest, as for DeepSpeed's, so
+the checkpoint directory must be on a file system all nodes see.
 """
 
 from __future__ import annotations
