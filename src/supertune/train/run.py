@@ -92,15 +92,14 @@ def _log_resume(path: Any, manifest: Any, env: LaunchEnvironment, global_batch: 
         return
     if manifest.global_batch == global_batch:
         # Each step takes the next global_batch sequences of the same order whatever the process
-        # count; only the split over processes (and, under fsdp, the shards read back) differs.
+        # count; only their split over the processes differs (under fsdp, also the shards read back).
         log.info(
             "%s was written by %d processes and this run has %d: the global batch is the same (%d sequences), "
-            "so training continues on the same data; sharded state is read back split over %d processes",
+            "so training continues on the same data",
             path.name,
             manifest.world_size,
             env.world_size,
             global_batch,
-            env.world_size,
         )
         return
     log.warning(
