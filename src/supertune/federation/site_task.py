@@ -4,6 +4,10 @@
     python -m supertune.entry site-task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
     python -m supertune.entry site-task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
     python -m supertune.entry site-task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+    python -m supertune.entry site-task check    --site S < SITE_YAML
+
+`check` runs over SSH at a site with `login` before its first round: the site's run config (on
+stdin) is checked there, where its data and tokenizer are, and nothing is written.
 
 Each writes its outputs into the current directory (StreamFlow's output folder of the step), under
 names that tell the sites apart: train `checkpoint-S/` (hard links of the run's final checkpoint)
@@ -124,6 +128,35 @@ def _train_run(site: str, number: int, config: Path, start: Path, run: Path, log
         )
 
 
+# -- check ------------------------------------------------------------------------------------------
+
+
+def check(site: str, text: str) -> None:
+    """The site's base run config checked here, at the site, with the checks of its files (data,
+    tokenizer) that the federation's machine cannot make; one ConfigError naming the site."""
+    import yaml
+
+    from ..config.build import build_config
+    from ..config.errors import ConfigError
+    from ..config.schema import RunConfig
+    from ..config.validate import config_problems
+    from ..resolve.checks import model_file_problems
+
+    try:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ConfigError(["the site's run config on stdin is not a mapping of sections"])
+        # The model each round starts from is the federation's global model, staged here by the
+        # round itself: the base model's path (on the federation's machine) is not looked for here.
+        data.setdefault("model", {})["name_or_path"] = None
+        cfg = build_config(RunConfig, data)
+        problems = config_problems(cfg) + model_file_problems(cfg)
+    except (ConfigError, yaml.YAMLError) as exc:
+        problems = getattr(exc, "problems", None) or [str(exc).splitlines()[0]]
+    if problems:
+        raise ConfigError([f"site {site}: {p}" for p in problems])
+
+
 # -- average ----------------------------------------------------------------------------------------
 
 
@@ -230,11 +263,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--config", type=Path, required=True, help="the site's base run config (its data settings)")
     e.add_argument("--site-dir", type=Path, required=True)
     e.add_argument("--model", type=Path, required=True)
+    c = sub.add_parser("check", help="check the site's run config (on stdin) where its files are")
+    c.add_argument("--site", required=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     _restore_home()
     out = Path.cwd()
+    if args.task == "check":
+        check(args.site, sys.stdin.read())
+        print(f"supertune: site {args.site}: its run config's files are here", flush=True)
+        return 0
+    try:
+        return _run_task(args, out)
+    except UserError as exc:
+        # StreamFlow's log shows this line among every step's: it names the site.
+        label = f"{args.site} round {args.round}" if args.task != "average" else ""
+        if label and not str(exc).startswith(label):
+            raise UserError(f"{label}: {exc}") from None
+        raise
+
+
+def _run_task(args: argparse.Namespace, out: Path) -> int:
     if args.task == "train":
         record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
         print(
