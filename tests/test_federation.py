@@ -241,3 +241,28 @@ def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) 
     with pytest.raises(ConfigError) as refused:
         resolve_sites(FederationConfig(sites=[SiteConfig(name="a", overrides=remote), SiteConfig(name="b")]))
     assert "sites[0] (a): data.train_files: glob '/site/scratch/corpus/*.jsonl' matches no file" in str(refused.value)
+
+
+def test_a_warmup_as_long_as_a_round_is_warned_about_once_per_site(caplog: pytest.LogCaptureFixture) -> None:
+    """Each round is a new run whose schedule starts again from warmup: with warmup_steps at or
+    above steps_per_round the configured learning rate is never reached, and the log says so."""
+    import logging
+
+    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.sites import resolve_sites
+
+    def fed(warmup: str) -> FederationConfig:
+        return FederationConfig(sites=[
+            SiteConfig(name="short", steps_per_round=8, overrides=[f"training.warmup_steps={warmup}", "training.learning_rate=1e-3"]),
+            SiteConfig(name="long", steps_per_round=40, overrides=[f"training.warmup_steps={warmup}"]),
+        ])  # fmt: skip
+
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        resolve_sites(fed("10"))
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("site short: training.warmup_steps=10 is not below steps_per_round=8")
+    assert "never reaches training.learning_rate=0.001 (at most 0.0007)" in warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        resolve_sites(fed("0.1"))  # a fraction of each round's steps: the peak is reached every round
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
