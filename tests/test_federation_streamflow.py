@@ -392,3 +392,40 @@ def test_the_site_check_refuses_what_is_missing_at_the_site_naming_it(tmp_path: 
     assert "site leonardo: model.tokenizer: directory '/site-only/tok' does not exist" in proc.stderr
     assert "site leonardo: data.train_files: file '/site-only/train.jsonl' does not exist" in proc.stderr
     assert "/coordinator/only/base" not in proc.stderr  # the global model is staged at the site by each round
+
+
+def test_a_site_folder_of_another_federation_is_refused_not_reused(tmp_path: Path) -> None:
+    """Two federations with one name and workdir share `<workdir>/<name>/round-NNN/<site>/`: the
+    train step of the second refuses the first one's folder (its run may be finished) before
+    anything in it is read or written; the first federation's next attempt goes on there."""
+    from supertune.entry import SITE_TASK, entry_words
+
+    site_dir = tmp_path / "workdir" / "fed-sf" / "round-001" / "there"
+    config = tmp_path / "site.yaml"
+    config.write_text("training: {max_steps: 6}\n", encoding="utf-8")
+
+    def train(federation: str) -> subprocess.CompletedProcess[str]:
+        args = ["train", "--federation-id", federation, "--site", "there", "--round", "1", "--config", str(config),
+                "--site-dir", str(site_dir), "--global-model", str(tmp_path / "no-model")]  # fmt: skip
+        return subprocess.run([sys.executable, *map(str, entry_words(SITE_TASK, args))], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+
+    first = train("aaaa")  # claims the folder, then stops: its global model is missing
+    assert first.returncode != 0 and json.loads((site_dir / "owner.json").read_text()) == {
+        "federation": "aaaa", "site": "there", "round": 1}  # fmt: skip
+    (site_dir / "run").mkdir(exist_ok=True)
+    (site_dir / "run" / "summary.json").write_text("{}", encoding="utf-8")  # as if the first one had finished
+    before = sorted(p.relative_to(site_dir) for p in site_dir.rglob("*"))
+
+    second = train("bbbb")
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    [line] = [x for x in second.stderr.splitlines() if x.startswith("supertune: error:")]
+    assert f"there round 1: {site_dir} belongs to federation aaaa (site there, round 1), not to this one (bbbb)" in line
+    assert f"it is not reused; delete {site_dir}" in line
+    assert sorted(p.relative_to(site_dir) for p in site_dir.rglob("*")) == before
+
+    # A folder with a run and no record (a federation from before ids were kept) is refused too.
+    (site_dir / "owner.json").unlink()
+    legacy = train("aaaa")
+    assert legacy.returncode == 2 and f"{site_dir} holds run" in legacy.stderr
+    assert "that no federation recorded as its own" in legacy.stderr

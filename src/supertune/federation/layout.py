@@ -2,6 +2,7 @@
 
     <federation dir>/
       federation.yaml            the federation config as loaded (rerun: supertune federate <dir>)
+      federation.json            its id, made with the directory (a site's folder records it: ownership.py)
       round-000/global/          the base model, when it is built here (the embedded default)
       round-000/<site>/evaluated.json   the base model's eval loss on the site's validation data
       round-NNN/<site>/site.yaml        the site's resolved run config for this round
@@ -30,6 +31,11 @@ class FederationDir:
     @property
     def config(self) -> Path:
         return self.path / "federation.yaml"
+
+    @property
+    def identity(self) -> Path:
+        """The federation's id (ownership.federation_id)."""
+        return self.path / "federation.json"
 
     @property
     def table_json(self) -> Path:

@@ -1,7 +1,7 @@
 """One step of a federated round as StreamFlow runs it, where StreamFlow put it (entry point
 `site-task` of supertune.entry):
 
-    python -m supertune.entry site-task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
+    python -m supertune.entry site-task train    --federation-id ID --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
     python -m supertune.entry site-task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
     python -m supertune.entry site-task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
     python -m supertune.entry site-task check    --site S < SITE_YAML
@@ -76,14 +76,24 @@ def _restore_home() -> None:
 # -- train ----------------------------------------------------------------------------------------
 
 
-def train(site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path) -> dict:
+def train(
+    site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path, federation_id: str
+) -> dict:
     """The site's round, trained or resumed at its stable path (or found finished: a round run again
-    after its average failed hands the finished checkpoint out again), checked, handed out."""
+    after its average failed hands the finished checkpoint out again), checked, handed out. The
+    folder must be this federation's (ownership): another federation's run is never reused."""
     from ..rundir import RunDir
+    from .ownership import claim_site_dir
     from .phases import trained_record
 
     site_dir.mkdir(parents=True, exist_ok=True)
+    ours = claim_site_dir(site_dir, federation_id, site, number)
     run = RunDir(site_dir / "run")
+    if ours and run.summary.is_file():
+        print(f"supertune: {site} round {number}: this federation's run in {run.path} finished in an earlier attempt; "
+              "handing its checkpoint out again", flush=True)  # fmt: skip
+    elif ours and run.path.exists():
+        print(f"supertune: {site} round {number}: resuming this federation's run in {run.path}", flush=True)
     kept = site_dir / "site.yaml"
     text = config.read_text(encoding="utf-8")
     if not kept.is_file() or kept.read_text(encoding="utf-8") != text:
@@ -165,10 +175,13 @@ def average(
 ) -> dict:
     """Average the sites' checkpoints into `publish` (the round's global model in the federation
     directory: this step runs on the federation's machine), and link it into `out` for the evaluations."""
+    from .history import active_federation
+    from .layout import FederationDir
     from .load import load_federation
     from .phases import average_round
 
     fed, _ = load_federation(federation)
+    fed = active_federation(fed, FederationDir(federation))  # a dropped site has no checkpoint here
     record = average_round(
         fed,
         number,
@@ -230,6 +243,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "One step of a federated round (StreamFlow)."
     sub = p.add_subparsers(dest="task", required=True)
     t = sub.add_parser("train")
+    t.add_argument("--federation-id", required=True, help="the federation's id, recorded in the site's folder")
     t.add_argument("--site", required=True)
     t.add_argument("--round", type=int, required=True)
     t.add_argument("--config", type=Path, required=True, help="the site's resolved run config of this round")
@@ -288,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_task(args: argparse.Namespace, out: Path) -> int:
     if args.task == "train":
-        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
+        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out, args.federation_id)
         print(
             f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
             flush=True,
