@@ -404,9 +404,10 @@ def test_a_site_folder_of_another_federation_is_refused_not_reused(tmp_path: Pat
     config = tmp_path / "site.yaml"
     config.write_text("training: {max_steps: 6}\n", encoding="utf-8")
 
-    def train(federation: str) -> subprocess.CompletedProcess[str]:
-        args = ["train", "--federation-id", federation, "--site", "there", "--round", "1", "--config", str(config),
-                "--site-dir", str(site_dir), "--global-model", str(tmp_path / "no-model")]  # fmt: skip
+    def train(federation: str, task: str = "train") -> subprocess.CompletedProcess[str]:
+        model = ["--global-model" if task == "train" else "--model", str(tmp_path / "no-model")]
+        args = [task, "--federation-id", federation, "--site", "there", "--round", "1", "--config", str(config),
+                "--site-dir", str(site_dir), *model]  # fmt: skip
         return subprocess.run([sys.executable, *map(str, entry_words(SITE_TASK, args))], capture_output=True,
                               text=True, timeout=120, cwd=tmp_path)  # fmt: skip
 
@@ -422,6 +423,8 @@ def test_a_site_folder_of_another_federation_is_refused_not_reused(tmp_path: Pat
     [line] = [x for x in second.stderr.splitlines() if x.startswith("supertune: error:")]
     assert f"there round 1: {site_dir} belongs to federation aaaa (site there, round 1), not to this one (bbbb)" in line
     assert f"it is not reused; delete {site_dir}" in line
+    evaluate = train("bbbb", task="evaluate")  # the evaluation step checks the same record
+    assert evaluate.returncode == 2 and "belongs to federation aaaa" in evaluate.stderr
     assert sorted(p.relative_to(site_dir) for p in site_dir.rglob("*")) == before
 
     # A folder with a run and no record (a federation from before ids were kept) is refused too.

@@ -12,6 +12,9 @@
       round-NNN/averaged.json           receipt: the average is published
       round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
       rounds.json, rounds.md, rounds.png   the per-round table and plot
+      dropped.json, failures.jsonl      sites dropped with --drop, and every failed attempt (history.py)
+      round-NNN/<site>/owner.json       the federation, site and round the folder belongs to (ownership.py;
+                                        written by a StreamFlow train step, also in a site's workdir)
 
 A receipt is written (atomically) only when its phase is done; a federation resumes at the first
 phase of the first round without all its receipts.

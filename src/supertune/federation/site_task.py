@@ -3,7 +3,7 @@
 
     python -m supertune.entry site-task train    --federation-id ID --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
     python -m supertune.entry site-task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
-    python -m supertune.entry site-task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+    python -m supertune.entry site-task evaluate --federation-id ID --site S --round N --config SITE_YAML --site-dir DIR --model DIR
     python -m supertune.entry site-task check    --site S < SITE_YAML
 
 `check` runs over SSH at a site with `login` before its first round: the site's run config (on
@@ -198,11 +198,16 @@ def average(
 # -- evaluate -------------------------------------------------------------------------------------
 
 
-def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, out: Path) -> dict:
+def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, out: Path, federation_id: str) -> dict:
     """The global model's loss on the site's validation data: here for a local site, through the
-    site's evaluation job script (its modules, environment, container) inside the allocation otherwise."""
+    site's evaluation job script (its modules, environment, container) inside the allocation otherwise.
+    The folder must be this federation's (round 0 is claimed here: it has no train step)."""
     from ..config.load import load_saved_config
+    from .ownership import claim_site_dir
     from .site_eval import evaluate_at_site
+
+    site_dir.mkdir(parents=True, exist_ok=True)
+    claim_site_dir(site_dir, federation_id, site, number)
 
     receipt = out / f"evaluated-{site}.json"
     cfg = load_saved_config(config)
@@ -272,6 +277,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="each site's final checkpoint, in the order of --sites",
     )
     e = sub.add_parser("evaluate")
+    e.add_argument("--federation-id", required=True, help="the federation's id, recorded in the site's folder")
     e.add_argument("--site", required=True)
     e.add_argument("--round", type=int, required=True)
     e.add_argument("--config", type=Path, required=True, help="the site's base run config (its data settings)")
@@ -317,7 +323,7 @@ def _run_task(args: argparse.Namespace, out: Path) -> int:
         )
         print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
     else:
-        record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
+        record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out, args.federation_id)
         print(
             f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model",
             flush=True,
