@@ -42,7 +42,9 @@ def claim_site_dir(site_dir: Path, federation: str, site: str, number: int) -> b
     label = f"{site} round {number}"
     mine = {"federation": federation, "site": site, "round": number}
     owner = read_receipt(site_dir / OWNER)
-    way_out = f"it is not reused; delete {site_dir} to train this round there, or give this federation another name or workdir"
+    way_out = (
+        f"it is not reused; delete {site_dir} to run this round there, or give this federation another name or workdir"
+    )
     if owner is None:
         found = [name for name in ("run", "start-model") if (site_dir / name).exists()]
         if found:

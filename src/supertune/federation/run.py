@@ -65,7 +65,14 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
     """Why the YAML given is refused for the existing federation, and the way on."""
     import dataclasses
 
-    saved, _ = load_federation(root.path)
+    generic = (
+        f"--dir: {root.path} holds a federation with other settings; resume it with `supertune federate {root.path}` "
+        "or choose another --dir"
+    )
+    try:
+        saved, _ = load_federation(root.path)
+    except UserError:  # the saved one no longer loads (a site config moved): the plain refusal
+        return generic
     names = {s.name for s in fed.sites}
     missing = [s.name for s in saved.sites if s.name not in names]
     kept = dataclasses.replace(saved, sites=[s for s in saved.sites if s.name in names])
@@ -75,10 +82,7 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
             f"sites: {', '.join(missing)} left out of the YAML of the federation in {root.path}; to drop a site and keep "
             f"its rounds in the history, run `supertune federate {root.path} {words}`"
         )
-    return (
-        f"--dir: {root.path} holds a federation with other settings; resume it with `supertune federate {root.path}` "
-        "or choose another --dir"
-    )
+    return generic
 
 
 def _executor(fed: FederationConfig, root: FederationDir):

@@ -138,15 +138,23 @@ class StreamFlowExecutor:
         errors = [
             line.removeprefix("supertune: error: ") for line in said if line.startswith(("supertune: error:", "- "))
         ]
-        if answer.returncode == 255 or not errors:
+        reason = said[-1] if said else f"exit code {answer.returncode}"
+        if answer.returncode == 255:
             # ssh's own failures (an unknown host, a refused key, no route) exit 255 and name neither site nor host.
-            reason = said[-1] if said else f"ssh exit code {answer.returncode}"
-            how = (
-                f"{site.python} was not found there; set sites[].python to the site's Python with supertune installed"
-                if answer.returncode == 127
-                else f"check sites[].login and that `{' '.join(ssh)} true` succeeds from this machine without a prompt"
+            raise FederationError(
+                f"site {site.name}: login node {site.login} cannot be used over SSH: {reason}; check sites[].login and "
+                f"that `{' '.join(ssh)} true` succeeds from this machine without a prompt"
             )
-            raise FederationError(f"site {site.name}: login node {site.login} cannot be used over SSH: {reason}; {how}")
+        if answer.returncode == 127:
+            raise FederationError(
+                f"site {site.name}: {site.python} was not found at {site.login} ({reason}); set sites[].python to the "
+                "site's Python with supertune installed"
+            )
+        if not errors:  # e.g. a supertune at the site too old for `site-task check`
+            raise FederationError(
+                f"site {site.name}: the check of its run config at {site.login} failed (exit code {answer.returncode}): "
+                f"{reason}; install the same supertune version at the site as here"
+            )
         raise FederationError(
             f"site {site.name}: its run config was refused at {site.login}, where its files are:\n  "
             + "\n  ".join(errors)

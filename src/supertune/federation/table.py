@@ -82,7 +82,9 @@ def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
     for f in failures(root):
         finished = read_receipt(root.round(int(f.get("round") or 0)).averaged) is not None
         where = f"round {f.get('round')}" + (f", site {f['site']}" if f.get("site") else "")
-        first = str(f.get("error", "")).splitlines()[0] if f.get("error") else "(no message)"
+        said = [line.strip() for line in str(f.get("error") or "").splitlines() if line.strip()] or ["(no message)"]
+        # A message that ends its first line with ':' says what went wrong on the next (StreamFlow's errors).
+        first = " ".join(said[:2]) if said[0].endswith(":") else said[0]
         state = "the round finished later" if finished and f.get("round") else "not finished"
         lines.append(f"- FAILED {where} ({_when(f.get('unix'))}; {state}): {first}")
     return (["", "## Dropped sites and failures", "", *lines]) if lines else []
