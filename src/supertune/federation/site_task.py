@@ -158,7 +158,8 @@ def check(site: str, text: str) -> None:
             raise ConfigError(["the site's run config on stdin is not a mapping of sections"])
         # The model each round starts from is the federation's global model, staged here by the
         # round itself: the base model's path (on the federation's machine) is not looked for here.
-        data.setdefault("model", {})["name_or_path"] = None
+        if isinstance(data.get("model"), dict):
+            data["model"]["name_or_path"] = None
         cfg = build_config(RunConfig, data)
         problems = config_problems(cfg) + model_file_problems(cfg)
     except (ConfigError, yaml.YAMLError) as exc:
