@@ -118,7 +118,10 @@ class BuiltinExecutor:
         for w in works:
             if w.site.where == "local":
                 assert w.receipt is not None
-                record = evaluate_at_site(w.config, model, w.receipt)
+                try:
+                    record = evaluate_at_site(w.config, model, w.receipt)
+                except UserError as exc:
+                    raise FederationError(f"{w.label}: evaluation: {exc}") from None
                 log.info("%s: eval loss %.4f of the global model on this site's data", w.label, record["eval_loss"])
         self._wait(works, jobs, "evaluation", lambda w: w.receipt is not None and w.receipt.is_file())
 
