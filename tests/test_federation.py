@@ -331,7 +331,7 @@ def test_a_site_that_fails_for_good_is_shown_failed_and_dropped_with_its_rounds_
     )
 
 
-def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_two(tmp_path: Path) -> None:
+def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_one(tmp_path: Path) -> None:
     from supertune.errors import UserError
     from supertune.federation.history import active_federation, drop_sites, dropped_sites
     from supertune.federation.layout import FederationDir
@@ -346,6 +346,28 @@ def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_two(tmp
         "a",
         "b",
     ]
-    with pytest.raises(UserError, match=r"--drop: b would leave 1 site\(s\) \(a\); a federation averages two or more"):
-        drop_sites(fed, root, ["b"])
-    assert set(dropped_sites(root)) == {"c"}  # a refusal writes nothing
+    drop_sites(fed, root, ["b"])  # a two-site federation survives a site lost for good: one goes on alone
+    assert [s.name for s in active_federation(fed, root).sites] == ["a"]
+    with pytest.raises(UserError, match=r"--drop: a would leave no site; a federation needs one site still training"):
+        drop_sites(fed, root, ["a"])
+    assert set(dropped_sites(root)) == {"b", "c"}  # a refusal writes nothing
+
+
+def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Path) -> None:
+    """The average of the one site left is its own model, tensor for tensor, through the round's
+    averaging (checks, writer, receipt); a user's `supertune average` of one model stays refused."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from average_models import make_checkpoint, save_model, tensors
+    from supertune.federation.phases import average_round
+    from supertune.federation.schema import FederationConfig, SiteConfig
+
+    site = make_checkpoint(save_model(tmp_path / "site-a", 3), tokens=640, samples=5)
+    fed = FederationConfig(rounds=2, sites=[SiteConfig(name="site-a")])
+    record = average_round(
+        fed, 2, ["site-a"], [str(site)], tmp_path / "previous", tmp_path / "global", tmp_path / "averaged.json"
+    )
+    assert record["weights"] == {"site-a": 1.0} and record["tokens"] == {"site-a": 640}
+    ours, theirs = tensors(tmp_path / "global"), tensors(site)
+    assert ours.keys() == theirs.keys() and all((ours[k] == theirs[k]).all() for k in ours)

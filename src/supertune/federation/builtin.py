@@ -39,7 +39,8 @@ class BuiltinExecutor:
         if work.average:
             receipts = [read_receipt(path) for path in work.trained.values()]
             checkpoints = [r["checkpoint"] for r in receipts if r]
-            log.info("round %d: averaging %d sites into %s", work.number, len(checkpoints), work.global_model)
+            sites = f"{len(checkpoints)} sites" if len(checkpoints) != 1 else "the one site left"
+            log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
             average_round(
                 self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged
             )

@@ -45,8 +45,9 @@ def dropped_sites(root: FederationDir) -> dict[str, dict[str, Any]]:
 
 def drop_sites(fed: FederationConfig, root: FederationDir, names: list[str]) -> None:
     """Record `names` as dropped from the first round without an average; refused (one line, nothing
-    written) for a name that is no site, a finished federation, or one left with fewer than two sites
-    (an average needs two inputs: one site goes on alone with `supertune train`, from the last global model)."""
+    written) for a name that is no site, a finished federation, or one left with no site. One site left
+    goes on alone: each round's global model is then its model (through the averaging's checks, writer
+    and server step), so a two-site federation survives a site that fails for good."""
     known = [s.name for s in fed.sites]
     dropped = dropped_sites(root)
     for name in names:
@@ -59,12 +60,10 @@ def drop_sites(fed: FederationConfig, root: FederationDir, names: list[str]) -> 
     new = [n for n in dict.fromkeys(names) if n not in dropped]
     left = [n for n in known if n not in dropped and n not in new]
     start = first_unfinished_round(fed, root)
-    if len(left) < 2:
-        last = root.round(start - 1).global_model if start > 1 else "the base model"
+    if not left:
         raise UserError(
-            f"--drop: {', '.join(new or names)} would leave {len(left)} site(s) ({', '.join(left) or 'none'}); a federation "
-            f"averages two or more: train the site left on its own from the last global model, e.g. "
-            f"`supertune train SITE.yaml model.name_or_path={last}`"
+            f"--drop: {', '.join(new or names)} would leave no site; a federation needs one site still training "
+            f"(drop all but one, and the rounds go on with that site alone)"
         )
     for name in new:
         dropped[name] = {"from_round": start, "unix": time.time()}
