@@ -243,6 +243,136 @@ def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) 
     assert "sites[0] (a): data.train_files: glob '/site/scratch/corpus/*.jsonl' matches no file" in str(refused.value)
 
 
+def test_a_warmup_as_long_as_a_round_is_warned_about_once_per_site(caplog: pytest.LogCaptureFixture) -> None:
+    """Each round is a new run whose schedule starts again from warmup: with warmup_steps at or
+    above steps_per_round the configured learning rate is never reached, and the log says so."""
+    import logging
+
+    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.sites import resolve_sites
+
+    def fed(warmup: str) -> FederationConfig:
+        return FederationConfig(sites=[
+            SiteConfig(name="short", steps_per_round=8, overrides=[f"training.warmup_steps={warmup}", "training.learning_rate=1e-3"]),
+            SiteConfig(name="long", steps_per_round=40, overrides=[f"training.warmup_steps={warmup}"]),
+        ])  # fmt: skip
+
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        resolve_sites(fed("10"))
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("site short: training.warmup_steps=10 is not below steps_per_round=8")
+    assert "never reaches training.learning_rate=0.001 (at most 0.0007)" in warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        resolve_sites(fed("0.1"))  # a fraction of each round's steps: the peak is reached every round
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def _three_sites(tmp_path: Path, leave_out: str | None = None) -> Path:
+    """Three local sites (site-c on a copy of site-b's corpus, which the test withdraws), one round of two steps."""
+    import shutil
+
+    sites = []
+    for name, corpus in (("site-a", "site-a"), ("site-b", "site-b"), ("site-c", "site-b")):
+        train, validation = site_corpus(corpus)
+        if name == "site-c":
+            train = tmp_path / "site-c-train.jsonl"
+            if not train.exists():
+                shutil.copy(site_corpus(corpus)[0], train)
+        sites.append({"name": name, "steps_per_round": 2,
+                      "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *TINY_SITE,
+                                    "training.warmup_steps=0", "data.max_eval_samples=8"]})  # fmt: skip
+    config = {"name": "fed-drop", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1,
+              "sites": [s for s in sites if s["name"] != leave_out]}  # fmt: skip
+    path = tmp_path / f"federation{'-without-' + leave_out if leave_out else ''}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_a_site_that_fails_for_good_is_shown_failed_and_dropped_with_its_rounds_kept(tmp_path: Path) -> None:
+    fed_dir = tmp_path / "fed"
+    # Every site trains round 1; the federation is killed while averaging it.
+    killed = _federate(str(_three_sites(tmp_path)), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": "average.tensor@3"})
+    assert killed.returncode != 0 and (fed_dir / "round-001" / "site-c" / "trained.json").is_file()
+    (tmp_path / "site-c-train.jsonl").unlink()  # site-c's data is withdrawn for good
+
+    failed = _federate(str(fed_dir))
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert "supertune: error: sites[2] (site-c): data.train_files: file" in failed.stderr
+    status = _federate("--status", str(fed_dir))
+    assert status.returncode == 0 and "- FAILED round 1, site site-c (" in status.stdout, status.stdout
+    assert "not finished): sites[2] (site-c): data.train_files: file" in status.stdout
+
+    # Leaving the site out of the YAML is refused, with the way to drop it; so is a name that is no site.
+    refused = _federate(str(_three_sites(tmp_path, leave_out="site-c")), "--dir", str(fed_dir))
+    assert refused.returncode == 2 and f"run `supertune federate {fed_dir} --drop site-c`" in refused.stderr
+    assert "--drop: 'site-d' is not a site of this federation" in _federate(str(fed_dir), "--drop", "site-d").stderr
+
+    dropped = _federate(str(fed_dir), "--drop", "site-c")
+    assert dropped.returncode == 0, dropped.stdout[-3000:] + dropped.stderr[-3000:]
+    assert "site site-c: dropped from round 1 on" in dropped.stderr
+    averaged = json.loads((fed_dir / "round-001" / "averaged.json").read_text())
+    assert set(averaged["weights"]) == {"site-a", "site-b"}
+    # The history keeps the dropped site: the config, its base loss, its training of round 1, the drop.
+    assert [s["name"] for s in yaml.safe_load((fed_dir / "federation.yaml").read_text())["sites"]] == [
+        "site-a", "site-b", "site-c"]  # fmt: skip
+    table = json.loads((fed_dir / "rounds.json").read_text())
+    assert [(r["round"], r["site"], r["weight"] is None) for r in table["rows"]] == [
+        (1, "site-a", False), (1, "site-b", False), (1, "site-c", True)]  # fmt: skip
+    assert table["base"]["site-c"] is not None
+    status = _federate("--status", str(fed_dir)).stdout
+    assert "- site-c: dropped from round 1 on (" in status and "the round finished later): sites[2] (site-c)" in status
+    again = _federate(str(fed_dir), "--drop", "site-a")
+    assert (
+        again.returncode == 2
+        and "--drop: the federation in" in again.stderr
+        and "has finished all its 1 rounds" in again.stderr
+    )
+
+
+def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_one(tmp_path: Path) -> None:
+    from supertune.errors import UserError
+    from supertune.federation.history import active_federation, drop_sites, dropped_sites
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.schema import FederationConfig, SiteConfig
+
+    fed = FederationConfig(rounds=2, sites=[SiteConfig(name="a"), SiteConfig(name="b"), SiteConfig(name="c")])
+    root = FederationDir(tmp_path)
+    with pytest.raises(UserError, match="--drop: 'd' is not a site of this federation; its sites are a, b, c"):
+        drop_sites(fed, root, ["d"])
+    drop_sites(fed, root, ["c"])
+    assert dropped_sites(root)["c"]["from_round"] == 1 and [s.name for s in active_federation(fed, root).sites] == [
+        "a",
+        "b",
+    ]
+    drop_sites(fed, root, ["b"])  # a two-site federation survives a site lost for good: one goes on alone
+    assert [s.name for s in active_federation(fed, root).sites] == ["a"]
+    with pytest.raises(UserError, match=r"--drop: a would leave no site; a federation needs one site still training"):
+        drop_sites(fed, root, ["a"])
+    assert set(dropped_sites(root)) == {"b", "c"}  # a refusal writes nothing
+
+
+def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Path) -> None:
+    """The average of the one site left is its own model, tensor for tensor, through the round's
+    averaging (checks, writer, receipt); a user's `supertune average` of one model stays refused."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from average_models import make_checkpoint, save_model, tensors
+    from supertune.federation.phases import average_round
+    from supertune.federation.schema import FederationConfig, SiteConfig
+
+    site = make_checkpoint(save_model(tmp_path / "site-a", 3), tokens=640, samples=5)
+    fed = FederationConfig(rounds=2, sites=[SiteConfig(name="site-a")])
+    record = average_round(
+        fed, 2, ["site-a"], [str(site)], tmp_path / "previous", tmp_path / "global", tmp_path / "averaged.json"
+    )
+    assert record["weights"] == {"site-a": 1.0} and record["tokens"] == {"site-a": 640}
+    ours, theirs = tensors(tmp_path / "global"), tensors(site)
+    assert ours.keys() == theirs.keys() and all((ours[k] == theirs[k]).all() for k in ours)
+
+
 def test_an_fsdp_site_is_refused_until_averaging_reads_sharded_checkpoints() -> None:
     from supertune.config.errors import ConfigError
     from supertune.federation.schema import FederationConfig, SiteConfig

@@ -356,3 +356,79 @@ def test_a_site_on_the_test_cluster_through_streamflows_slurm_deployment(
     assert evaluated["eval_loss"] < base["eval_loss"]
     squeue = slurm_single.run("squeue", "--noheader", "--format=%j", check=False).stdout
     assert "fed-sf" not in squeue  # no job left behind
+
+
+def test_a_site_behind_a_login_node_has_its_files_checked_there_and_an_unreachable_one_is_named(
+    streamflow: str, tmp_path: Path
+) -> None:
+    """Data and tokenizer paths that exist only at the site are not looked for on this machine; the
+    first thing that fails is the login to the site, and the error names the site and its host."""
+    (tmp_path / "remote.yaml").write_text(
+        "data: {train_files: /site-only/corpus/*.jsonl, validation_files: /site-only/valid.jsonl}\n"
+        "model: {tokenizer: /site-only/tokenizer}\n",
+        encoding="utf-8",
+    )
+    config = yaml.safe_load(_federation(tmp_path, "streamflow").read_text())
+    config["sites"][1].update(config="remote.yaml", overrides=SITE, where="leonardo", login="me@login.site-b.invalid",
+                              workdir="/scratch/me/fed", python="/scratch/me/venv/bin/python")  # fmt: skip
+    path = tmp_path / "remote-fed.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = _federate(str(path), "--dir", str(tmp_path / "fed"), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("supertune: error:")]
+    assert "site there: login node me@login.site-b.invalid cannot be used over SSH" in line, line
+    assert "/site-only" not in proc.stderr and not (tmp_path / "fed" / "streamflow").exists()  # StreamFlow never ran
+
+
+def test_the_site_check_refuses_what_is_missing_at_the_site_naming_it(tmp_path: Path) -> None:
+    """`site-task check`, what the federation runs over SSH at a site with login before its first
+    round: the site's resolved config on stdin, checked where the files are (here, in this test)."""
+    from supertune.entry import SITE_TASK, entry_words
+
+    config = "data: {train_files: [/site-only/train.jsonl]}\nmodel: {name_or_path: /coordinator/only/base, tokenizer: /site-only/tok}\n"
+    proc = subprocess.run([sys.executable, *map(str, entry_words(SITE_TASK, ["check", "--site", "leonardo"]))],
+                          input=config, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "site leonardo: model.tokenizer: directory '/site-only/tok' does not exist" in proc.stderr
+    assert "site leonardo: data.train_files: file '/site-only/train.jsonl' does not exist" in proc.stderr
+    assert "/coordinator/only/base" not in proc.stderr  # the global model is staged at the site by each round
+
+
+def test_a_site_folder_of_another_federation_is_refused_not_reused(tmp_path: Path) -> None:
+    """Two federations with one name and workdir share `<workdir>/<name>/round-NNN/<site>/`: the
+    train step of the second refuses the first one's folder (its run may be finished) before
+    anything in it is read or written; the first federation's next attempt goes on there."""
+    from supertune.entry import SITE_TASK, entry_words
+
+    site_dir = tmp_path / "workdir" / "fed-sf" / "round-001" / "there"
+    config = tmp_path / "site.yaml"
+    config.write_text("training: {max_steps: 6}\n", encoding="utf-8")
+
+    def train(federation: str, task: str = "train") -> subprocess.CompletedProcess[str]:
+        model = ["--global-model" if task == "train" else "--model", str(tmp_path / "no-model")]
+        args = [task, "--federation-id", federation, "--site", "there", "--round", "1", "--config", str(config),
+                "--site-dir", str(site_dir), *model]  # fmt: skip
+        return subprocess.run([sys.executable, *map(str, entry_words(SITE_TASK, args))], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+
+    first = train("aaaa")  # claims the folder, then stops: its global model is missing
+    assert first.returncode != 0 and json.loads((site_dir / "owner.json").read_text()) == {
+        "federation": "aaaa", "site": "there", "round": 1}  # fmt: skip
+    (site_dir / "run").mkdir(exist_ok=True)
+    (site_dir / "run" / "summary.json").write_text("{}", encoding="utf-8")  # as if the first one had finished
+    before = sorted(p.relative_to(site_dir) for p in site_dir.rglob("*"))
+
+    second = train("bbbb")
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    [line] = [x for x in second.stderr.splitlines() if x.startswith("supertune: error:")]
+    assert f"there round 1: {site_dir} belongs to federation aaaa (site there, round 1), not to this one (bbbb)" in line
+    assert f"it is not reused; delete {site_dir}" in line
+    evaluate = train("bbbb", task="evaluate")  # the evaluation step checks the same record
+    assert evaluate.returncode == 2 and "belongs to federation aaaa" in evaluate.stderr
+    assert sorted(p.relative_to(site_dir) for p in site_dir.rglob("*")) == before
+
+    # A folder with a run and no record (a federation from before ids were kept) is refused too.
+    (site_dir / "owner.json").unlink()
+    legacy = train("aaaa")
+    assert legacy.returncode == 2 and f"{site_dir} holds run" in legacy.stderr
+    assert "that no federation recorded as its own" in legacy.stderr

@@ -216,10 +216,15 @@ def test_hybrid_with_one_process_per_node_is_refused():
         fsdp_mesh(cfg, LaunchEnvironment(world_size=2, local_world_size=1, num_nodes=2))
 
 
-def test_fsdp_in_one_process_is_refused():
+def test_fsdp_in_one_process_shards_on_a_mesh_of_one():
+    """One process (what a single GPU allows) takes the sharded path: DTensor parameters on a mesh of
+    one, FSDP units, its own one-process group; nothing is split."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from supertune.distributed.fsdp import shard_model
+    from supertune.distributed.fsdp import mesh_shape, shard_model
+    from supertune.distributed.guard import check_fsdp
     from supertune.launch.environment import LaunchEnvironment
 
     model = LlamaForCausalLM(
@@ -232,10 +237,13 @@ def test_fsdp_in_one_process_is_refused():
             num_key_value_heads=2,
         )
     )
-    with pytest.raises(
-        UserError, match="distributed.strategy: fsdp shards the model over processes and this run has one"
-    ):
+    try:
         shard_model(model, _cfg("fsdp"), LaunchEnvironment(world_size=1))
+        assert isinstance(model, FSDPModule) and mesh_shape(model) == {"dp_shard": 1}
+        assert check_fsdp(model, True, 1)["mesh"] == {"dp_shard": 1}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3", "ddp"])

@@ -51,7 +51,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         EntryPoint(
             SITE_TASK,
             "supertune.federation.site_task",
-            "one step of a federated round as StreamFlow runs it: train, average, evaluate",
+            "one step of a federated round as StreamFlow runs it: train, average, evaluate; check a site's config there",
         ),
         EntryPoint(
             SITE_EVAL,

@@ -167,15 +167,17 @@ class Captured:
     stderr: str
 
 
-def run_captured(argv: Sequence[str], timeout: float = 60.0, env: Mapping[str, str] | None = None) -> Captured:
-    """Run a command to completion and capture its output; a missing program is exit code 127."""
+def run_captured(
+    argv: Sequence[str], timeout: float = 60.0, env: Mapping[str, str] | None = None, input: str | None = None
+) -> Captured:
+    """Run a command to completion and capture its output; a missing program is exit code 127.
+    `input` goes to its stdin; without it stdin is empty (a prompt cannot wait for an answer)."""
     merged = dict(os.environ)
     if env:
         merged.update(env)
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
     try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, env=merged, stdin=subprocess.DEVNULL
-        )
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=merged, **stdin)
     except FileNotFoundError:
         return Captured(127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:

@@ -49,13 +49,14 @@ def average_checkpoints(
     merge_base: str | Path | None = None,
     server: ServerStep | None = None,
     report: Callable[[str], None] | None = None,
+    minimum_inputs: int = 2,
 ) -> AverageManifest:
     """Average `inputs` (run directories, checkpoints, model or adapter directories) into `out_dir`.
 
     weights: "tokens" (default), "samples", "uniform" or one number per input. dtype: "same" keeps
     each tensor's dtype, else "bf16", "fp16" or "fp32". merge_base: LoRA adapter inputs are merged
     into this base model first and the merged models averaged. server: a FedAvgM step from a
-    previous global model. Raises UserError, having written nothing, for every input that cannot
+    previous global model. minimum_inputs: 1 only for a federation's round with one site left. Raises UserError, having written nothing, for every input that cannot
     be averaged; returns the manifest written into the output.
     """
     started = time.monotonic()
@@ -64,7 +65,14 @@ def average_checkpoints(
     job = None
     try:
         job = checked_job(
-            models, Path(out_dir).expanduser().absolute(), weights, dtype, max_shard_bytes, merge_base, server
+            models,
+            Path(out_dir).expanduser().absolute(),
+            weights,
+            dtype,
+            max_shard_bytes,
+            merge_base,
+            server,
+            minimum_inputs,
         )
         for i, inp in enumerate(job.inputs):
             count = f", {inp.tokens:,} tokens" if inp.tokens is not None else ""
@@ -140,7 +148,8 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
             hashing.shutdown(wait=True)
             for writer in writers:
                 writer.abort()
-    say(f"average of {len(job.inputs)} {'adapters' if job.kind == 'adapter' else 'models'} written to {job.out}")
+    what = "adapter" if job.kind == "adapter" else "model"
+    say(f"average of {len(job.inputs)} {what}{'s' if len(job.inputs) != 1 else ''} written to {job.out}")
     return manifest
 
 

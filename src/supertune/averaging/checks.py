@@ -180,10 +180,13 @@ def tokenizer_sha256(inp: ModelInput) -> str | None:
 
 
 def check_inputs(
-    inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple[str, Path]] = ()
+    inputs: Sequence[ModelInput], out: Path, others: Sequence[tuple[str, Path]] = (), minimum: int = 2
 ) -> tuple[list[str], str | None]:
-    """Everything refused before writing; (notes, the common tokenizer's sha256). Raises one UserError listing every problem."""
-    if len(inputs) < 2:
+    """Everything refused before writing; (notes, the common tokenizer's sha256). Raises one UserError listing every problem.
+
+    minimum: 2 for a user's average; a federation's round takes 1 (the one site left after the others
+    were dropped: its "average" is its own model, through the same checks, writer and server step)."""
+    if len(inputs) < minimum:
         raise UserError(f"supertune average needs at least two models, got {len(inputs)}; name every model to average")
     problems = check_output_path(out, inputs, others)
     kinds = {inp.adapter for inp in inputs}

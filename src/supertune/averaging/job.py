@@ -57,6 +57,7 @@ def checked_job(
     max_shard_bytes: int,
     merge_base: str | Path | None,
     server: ServerStep | None,
+    minimum_inputs: int = 2,
 ) -> AverageJob:
     """Every check that needs no tensor values; UserError listing the problems, before anything is written."""
     if dtype not in OUTPUT_DTYPES:
@@ -72,7 +73,7 @@ def checked_job(
         others.append(("--global-model", state.global_model.directory))
         if state.momentum_in_path:
             others.append(("--momentum-in", state.momentum_in_path))
-    notes, tokenizer = check_inputs(models, out, others)
+    notes, tokenizer = check_inputs(models, out, others, minimum_inputs)
     problems = []
     if server and server.momentum_out is not None:
         # the momentum may replace the file it was read from (one file kept next to the federation's state)

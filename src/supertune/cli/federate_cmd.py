@@ -19,7 +19,8 @@ def epilog() -> str:
         "  supertune federate                                   # the embedded default: 2 local sites, 3 rounds\n"
         "  supertune federate federation.yaml --dir runs/llama-2sites\n"
         "  supertune federate runs/llama-2sites                 # resume it\n"
-        "  supertune federate --status runs/llama-2sites        # the per-round table\n"
+        "  supertune federate --status runs/llama-2sites        # the per-round table, dropped sites, failures\n"
+        "  supertune federate runs/llama-2sites --drop karolina # go on without a site that cannot (its rounds stay in the table)\n"
         "\n"
         "The federation config and its keys: docs/federated.md.\n"
     )
@@ -32,14 +33,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="federation YAML, or a federation directory to resume (default: the embedded default)",
     )
     p.add_argument("--dir", help="federation directory (default: runs/<name>); an unfinished federation there resumes")
-    p.add_argument("--status", metavar="DIR", help="print the per-round table of a federation directory and exit")
+    p.add_argument(
+        "--status",
+        metavar="DIR",
+        help="print the per-round table of a federation directory, its dropped sites and failures, and exit",
+    )
+    p.add_argument(
+        "--drop",
+        metavar="SITE",
+        action="append",
+        default=[],
+        help="drop SITE from the first round not yet averaged on, then go on (repeat for several); its earlier rounds stay in the table",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
 
     if args.status:
-        if args.federation or args.dir:
+        if args.federation or args.dir or args.drop:
             raise UserError("--status DIR takes no other arguments; e.g. supertune federate --status runs/llama-2sites")
         from ..federation import federation_status
 
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging()
 
-    root = federate(args.federation, args.dir)
+    root = federate(args.federation, args.dir, args.drop)
     print((root.table_markdown).read_text(encoding="utf-8"), end="")
     print(f"supertune: federation finished: {root.path} (table {root.table_markdown.name}, plot {root.plot.name})")
     return 0

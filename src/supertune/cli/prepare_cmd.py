@@ -96,9 +96,10 @@ def _load(args: argparse.Namespace, extra: list[str]):
     config, overrides = split_config_and_overrides(args)
     # The store being made is not read: data.store and model.bundle in the config (what training will
     # use, maybe this store) are ignored here. prepare reads map-style datasets: the split of a store
-    # is the validation files or the percentage split, whatever data.streaming says.
+    # is the validation files or the percentage split, whatever data.streaming says. Nothing trains
+    # here: a site's config with its training strategy (fsdp, zero3) is prepared as it is.
     return config, resolve_run_config(
-        config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"]
+        config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"], trains=False
     )
 
 

@@ -27,9 +27,13 @@ def build_run_config(data: dict[str, Any]) -> RunConfig:
     return absolute_paths(cfg)
 
 
-def load_saved_config(path: str | os.PathLike[str]) -> RunConfig:
-    """A resolved config file as it is: no cluster profile or other layer is applied to it again."""
-    return build_run_config(read_config_file(path))
+def load_saved_config(path: str | os.PathLike[str], files_here: bool = True) -> RunConfig:
+    """A resolved config file as it is: no cluster profile or other layer is applied to it again.
+
+    files_here=False: the run's files are on another machine (a federated site reached over SSH):
+    only types and keys are checked, paths stay as written; the site checks the rest where they are."""
+    data = read_config_file(path)
+    return build_run_config(data) if files_here else build_config(RunConfig, data)
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:

@@ -86,11 +86,9 @@ def shard_model(model: Any, cfg: RunConfig, env: LaunchEnvironment) -> Any:
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard, register_fsdp_forward_method
 
-    if not env.distributed:
-        raise UserError(
-            "distributed.strategy: fsdp shards the model over processes and this run has one; use --nproc 2 or more, or ddp"
-        )
-    join_group(cfg.training.ddp_timeout)
+    # One process is allowed: nothing is split, but the run takes the very path of a sharded one
+    # (DTensor parameters, the NCCL group on a GPU, the gathered save); what a single lent GPU can verify.
+    join_group(cfg.training.ddp_timeout, alone=not env.distributed)
     f = cfg.distributed.fsdp
     mesh = fsdp_mesh(cfg, env)
     kwargs: dict[str, Any] = {

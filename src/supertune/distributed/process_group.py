@@ -37,16 +37,23 @@ def join_restarted_group(env: LaunchEnvironment, timeout_s: int) -> None:
     )
 
 
-def join_group(timeout_s: int) -> None:
+def join_group(timeout_s: int, alone: bool = False) -> None:
     """Create the default process group from the launch's env:// (unless one exists): gloo on CPU,
     NCCL for CUDA tensors with gloo beside it for CPU ones. accelerate would create the same group
-    later; FSDP needs it earlier, to build its device mesh before the Trainer exists."""
+    later; FSDP needs it earlier, to build its device mesh before the Trainer exists.
+
+    `alone`: a group of this one process, with an in-memory store (no launcher, no port)."""
     import torch
     import torch.distributed as dist
 
     if dist.is_initialized():
         return
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if alone:
+        dist.init_process_group(
+            backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=timeout_s)
+        )
+        return
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.schema import GenerateConfig
+from .placement import input_device
 
 __all__ = ["generate_text"]
 
@@ -21,7 +22,7 @@ def generate_text(
     import torch
 
     text = g.prompt if prompt is None else prompt
-    device = next(model.parameters()).device
+    device = input_device(model)
     inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
     if inputs["input_ids"].shape[1] == 0:  # an empty prompt starts from BOS (or EOS) instead
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id

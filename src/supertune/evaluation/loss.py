@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .placement import input_device
+
 __all__ = ["token_mean_loss"]
 
 IGNORE_INDEX = -100
@@ -26,7 +28,7 @@ def token_mean_loss(model: Any, dataset: Any, collator: Any, batch_size: int) ->
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     indices = list(range(rank, len(dataset), world))
     batches = math.ceil(math.ceil(len(dataset) / world) / batch_size)
-    device = next(model.parameters()).device
+    device = input_device(model)
     sums = torch.zeros(2, dtype=torch.float64, device=device)
     was_training = model.training
     model.eval()

@@ -39,7 +39,8 @@ class BuiltinExecutor:
         if work.average:
             receipts = [read_receipt(path) for path in work.trained.values()]
             checkpoints = [r["checkpoint"] for r in receipts if r]
-            log.info("round %d: averaging %d sites into %s", work.number, len(checkpoints), work.global_model)
+            sites = f"{len(checkpoints)} sites" if len(checkpoints) != 1 else "the one site left"
+            log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
             average_round(
                 self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged
             )
@@ -118,7 +119,10 @@ class BuiltinExecutor:
         for w in works:
             if w.site.where == "local":
                 assert w.receipt is not None
-                record = evaluate_at_site(w.config, model, w.receipt)
+                try:
+                    record = evaluate_at_site(w.config, model, w.receipt)
+                except UserError as exc:
+                    raise FederationError(f"{w.label}: evaluation: {exc}") from None
                 log.info("%s: eval loss %.4f of the global model on this site's data", w.label, record["eval_loss"])
         self._wait(works, jobs, "evaluation", lambda w: w.receipt is not None and w.receipt.is_file())
 

@@ -171,7 +171,7 @@ def round_workflow(
     for name in places:
         if name in trained:
             inputs[f"config_{name}"] = "File"
-            steps[f"train_{name}"] = _train_step(places[name], n)
+            steps[f"train_{name}"] = _train_step(places[name], n, work.federation_id)
             outputs[f"trained_{name}"] = {"type": "File", "outputSource": f"train_{name}/receipt"}
         if name in given:
             inputs[f"checkpoint_{name}"] = "Directory"
@@ -184,13 +184,14 @@ def round_workflow(
         model = "global_model"
     for w in work.evaluate:
         inputs[f"base_config_{w.name}"] = "File"
-        steps[f"evaluate_{w.name}"] = _evaluate_step(places[w.name], n, model)
+        steps[f"evaluate_{w.name}"] = _evaluate_step(places[w.name], n, model, work.federation_id)
         outputs[f"evaluated_{w.name}"] = {"type": "File", "outputSource": f"evaluate_{w.name}/receipt"}
     return {"cwlVersion": "v1.2", "class": "Workflow", "inputs": inputs, "outputs": outputs, "steps": steps}
 
 
-def _train_step(place: SitePlace, number: int) -> dict[str, Any]:
+def _train_step(place: SitePlace, number: int, federation_id: str) -> dict[str, Any]:
     inputs = {
+        "federation_id": _flag("string", "--federation-id"),
         "site": _flag("string", "--site"),
         "round": _flag("int", "--round"),
         "config": _flag("File", "--config"),
@@ -198,6 +199,7 @@ def _train_step(place: SitePlace, number: int) -> dict[str, Any]:
         "global_model": _flag("Directory", "--global-model"),
     }
     step_in = {
+        "federation_id": {"default": federation_id},
         "site": {"default": place.name},
         "round": {"default": number},
         "config": f"config_{place.name}",
@@ -244,8 +246,9 @@ def _average_step(
     }
 
 
-def _evaluate_step(place: SitePlace, number: int, model: str) -> dict[str, Any]:
+def _evaluate_step(place: SitePlace, number: int, model: str, federation_id: str) -> dict[str, Any]:
     inputs = {
+        "federation_id": _flag("string", "--federation-id"),
         "site": _flag("string", "--site"),
         "round": _flag("int", "--round"),
         "config": _flag("File", "--config"),
@@ -253,6 +256,7 @@ def _evaluate_step(place: SitePlace, number: int, model: str) -> dict[str, Any]:
         "model": _flag("Directory", "--model"),
     }
     step_in = {
+        "federation_id": {"default": federation_id},
         "site": {"default": place.name},
         "round": {"default": number},
         "config": f"base_config_{place.name}",

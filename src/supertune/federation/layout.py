@@ -2,6 +2,7 @@
 
     <federation dir>/
       federation.yaml            the federation config as loaded (rerun: supertune federate <dir>)
+      federation.json            its id, made with the directory (a site's folder records it: ownership.py)
       round-000/global/          the base model, when it is built here (the embedded default)
       round-000/<site>/evaluated.json   the base model's eval loss on the site's validation data
       round-NNN/<site>/site.yaml        the site's resolved run config for this round
@@ -11,6 +12,9 @@
       round-NNN/averaged.json           receipt: the average is published
       round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
       rounds.json, rounds.md, rounds.png   the per-round table and plot
+      dropped.json, failures.jsonl      sites dropped with --drop, and every failed attempt (history.py)
+      round-NNN/<site>/owner.json       the federation, site and round the folder belongs to (ownership.py;
+                                        written by a StreamFlow train step, also in a site's workdir)
 
 A receipt is written (atomically) only when its phase is done; a federation resumes at the first
 phase of the first round without all its receipts.
@@ -30,6 +34,11 @@ class FederationDir:
     @property
     def config(self) -> Path:
         return self.path / "federation.yaml"
+
+    @property
+    def identity(self) -> Path:
+        """The federation's id (ownership.federation_id)."""
+        return self.path / "federation.json"
 
     @property
     def table_json(self) -> Path:

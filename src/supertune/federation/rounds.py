@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Protocol
 
 from ..config.load import dump_config
+from ..errors import UserError
 from .base_model import base_model_dir
+from .history import record_failure
 from .layout import FederationDir
+from .ownership import federation_id
 from .receipts import read_receipt
 from .schema import FederationConfig, SiteConfig
 from .sites import SitePlan, round_overrides, round_resolution
@@ -71,6 +74,8 @@ class RoundWork:
     evaluate: list[SiteWork] = field(default_factory=list)
     trained: dict[str, Path] = field(default_factory=dict)
     """Receipt of every site's training (those of this work too, once done), in site order."""
+    federation_id: str = ""
+    """The federation's id (ownership.federation_id): a site's folder of the round must record it."""
 
 
 class Executor(Protocol):
@@ -84,21 +89,36 @@ def site_config_file(root: FederationDir, name: str) -> Path:
     return root.path / "sites" / f"{name}.yaml"
 
 
-def run_rounds(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, executor: Executor) -> None:
-    """Every unfinished phase of every round, in order; the table and plot after each round."""
+def run_rounds(
+    fed: FederationConfig,
+    plans: list[SitePlan],
+    root: FederationDir,
+    executor: Executor,
+    everyone: FederationConfig | None = None,
+) -> None:
+    """Every unfinished phase of every round, in order; the table and plot after each round.
+    `fed` holds the sites that still work; `everyone` (default `fed`) every site the federation had,
+    dropped ones too: the table keeps their rounds, and a failure is recorded against them."""
+    everyone = everyone or fed
     for plan in plans:
         path = site_config_file(root, plan.site.name)
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(plan.text, encoding="utf-8")
     base = base_model_dir(fed, root)
+    identity = federation_id(root)
     for number in range(0, fed.rounds + 1):
         previous = base if number <= 1 else root.round(number - 1).global_model
-        work = _round_work(fed, plans, root, number, previous, base)
-        if work.train or work.average or work.evaluate:
-            executor.run_round(work)
+        try:
+            work = _round_work(fed, plans, root, number, previous, base)
+            work.federation_id = identity
+            if work.train or work.average or work.evaluate:
+                executor.run_round(work)
+        except UserError as exc:
+            record_failure(everyone, root, number, str(exc))  # --status shows it
+            raise
         if number:
-            write_table(fed, root)
+            write_table(everyone, root)
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
 
 
@@ -113,11 +133,14 @@ def _round_work(
         if number and read_receipt(sd.trained) is None:
             if not sd.config.is_file():
                 kept = _previous_checkpoint(fed, root, number, plan.site.name)
-                resolved = round_resolution(
-                    site_config_file(root, plan.site.name),
-                    round_overrides(fed, plan, number, previous, kept),
-                    files_here=not plan.site.login,
-                )
+                try:
+                    resolved = round_resolution(
+                        site_config_file(root, plan.site.name),
+                        round_overrides(fed, plan, number, previous, kept),
+                        files_here=not plan.site.login,
+                    )
+                except UserError as exc:  # e.g. the site's data withdrawn since the federation started
+                    raise UserError(f"{plan.site.name} round {number}: {exc}") from None
                 sd.path.mkdir(parents=True, exist_ok=True)
                 sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
             work.train.append(SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained))

@@ -26,8 +26,9 @@ def federation_dir(fed: FederationConfig, resumed: Path | None, explicit: str | 
     return FederationDir(Path(explicit or Path("runs") / fed.name).expanduser().absolute())
 
 
-def federate(path: str | None, explicit_dir: str | None) -> FederationDir:
-    """Run (or resume) the federation in `path`; returns its directory."""
+def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None = None) -> FederationDir:
+    """Run (or resume) the federation in `path`, first dropping the sites in `drop`; returns its directory."""
+    from .history import active_federation, drop_sites, first_unfinished_round, record_failure
     from .rounds import run_rounds
     from .sites import resolve_sites
 
@@ -36,19 +37,52 @@ def federate(path: str | None, explicit_dir: str | None) -> FederationDir:
     text = federation_text(fed)
     if root.config.is_file():
         if root.config.read_text(encoding="utf-8") != text:
-            raise UserError(
-                f"--dir: {root.path} holds a federation with other settings; resume it with `supertune federate {root.path}` "
-                "or choose another --dir"
-            )
+            raise UserError(_other_settings(fed, root))
         log.info("resuming the federation in %s", root.path)
+    elif drop:
+        raise UserError(
+            f"--drop: {root.path} holds no federation yet; leave the site out of the federation YAML instead"
+        )
     else:
         root.path.mkdir(parents=True, exist_ok=True)
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
-    plans = resolve_sites(fed)  # every site's config checked before anything is written
+    if drop:
+        drop_sites(fed, root, drop)
+    active = active_federation(fed, root)  # without the dropped sites: the rounds still to run
+    try:
+        plans = resolve_sites(active)  # every site's config checked before anything is written
+    except UserError as exc:
+        if root.config.is_file():  # a federation under way: a site's data withdrawn, a profile gone; --status shows it
+            record_failure(fed, root, first_unfinished_round(fed, root), str(exc))
+        raise
     if not root.config.is_file():
         root.config.write_text(text, encoding="utf-8")
-    run_rounds(fed, plans, root, _executor(fed, root))
+    run_rounds(active, plans, root, _executor(active, root), everyone=fed)
     return root
+
+
+def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
+    """Why the YAML given is refused for the existing federation, and the way on."""
+    import dataclasses
+
+    generic = (
+        f"--dir: {root.path} holds a federation with other settings; resume it with `supertune federate {root.path}` "
+        "or choose another --dir"
+    )
+    try:
+        saved, _ = load_federation(root.path)
+    except UserError:  # the saved one no longer loads (a site config moved): the plain refusal
+        return generic
+    names = {s.name for s in fed.sites}
+    missing = [s.name for s in saved.sites if s.name not in names]
+    kept = dataclasses.replace(saved, sites=[s for s in saved.sites if s.name in names])
+    if missing and federation_text(kept) == federation_text(fed):
+        words = " ".join(f"--drop {name}" for name in missing)
+        return (
+            f"sites: {', '.join(missing)} left out of the YAML of the federation in {root.path}; to drop a site and keep "
+            f"its rounds in the history, run `supertune federate {root.path} {words}`"
+        )
+    return generic
 
 
 def _executor(fed: FederationConfig, root: FederationDir):

@@ -1,9 +1,13 @@
 """One step of a federated round as StreamFlow runs it, where StreamFlow put it (entry point
 `site-task` of supertune.entry):
 
-    python -m supertune.entry site-task train    --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
+    python -m supertune.entry site-task train    --federation-id ID --site S --round N --config SITE_YAML --site-dir DIR --global-model DIR
     python -m supertune.entry site-task average  --federation DIR --round N --previous DIR --publish DIR --sites S1 S2 ... --checkpoint DIR1 --checkpoint DIR2 ...
-    python -m supertune.entry site-task evaluate --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+    python -m supertune.entry site-task evaluate --federation-id ID --site S --round N --config SITE_YAML --site-dir DIR --model DIR
+    python -m supertune.entry site-task check    --site S < SITE_YAML
+
+`check` runs over SSH at a site with `login` before its first round: the site's run config (on
+stdin) is checked there, where its data and tokenizer are, and nothing is written.
 
 Each writes its outputs into the current directory (StreamFlow's output folder of the step), under
 names that tell the sites apart: train `checkpoint-S/` (hard links of the run's final checkpoint)
@@ -72,14 +76,24 @@ def _restore_home() -> None:
 # -- train ----------------------------------------------------------------------------------------
 
 
-def train(site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path) -> dict:
+def train(
+    site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path, federation_id: str
+) -> dict:
     """The site's round, trained or resumed at its stable path (or found finished: a round run again
-    after its average failed hands the finished checkpoint out again), checked, handed out."""
+    after its average failed hands the finished checkpoint out again), checked, handed out. The
+    folder must be this federation's (ownership): another federation's run is never reused."""
     from ..rundir import RunDir
+    from .ownership import claim_site_dir
     from .phases import trained_record
 
     site_dir.mkdir(parents=True, exist_ok=True)
+    ours = claim_site_dir(site_dir, federation_id, site, number)
     run = RunDir(site_dir / "run")
+    if ours and run.summary.is_file():
+        print(f"supertune: {site} round {number}: this federation's run in {run.path} finished in an earlier attempt; "
+              "handing its checkpoint out again", flush=True)  # fmt: skip
+    elif ours and run.path.exists():
+        print(f"supertune: {site} round {number}: resuming this federation's run in {run.path}", flush=True)
     kept = site_dir / "site.yaml"
     text = config.read_text(encoding="utf-8")
     if not kept.is_file() or kept.read_text(encoding="utf-8") != text:
@@ -124,6 +138,36 @@ def _train_run(site: str, number: int, config: Path, start: Path, run: Path, log
         )
 
 
+# -- check ------------------------------------------------------------------------------------------
+
+
+def check(site: str, text: str) -> None:
+    """The site's base run config checked here, at the site, with the checks of its files (data,
+    tokenizer) that the federation's machine cannot make; one ConfigError naming the site."""
+    import yaml
+
+    from ..config.build import build_config
+    from ..config.errors import ConfigError
+    from ..config.schema import RunConfig
+    from ..config.validate import config_problems
+    from ..resolve.checks import model_file_problems
+
+    try:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ConfigError(["the site's run config on stdin is not a mapping of sections"])
+        # The model each round starts from is the federation's global model, staged here by the
+        # round itself: the base model's path (on the federation's machine) is not looked for here.
+        if isinstance(data.get("model"), dict):
+            data["model"]["name_or_path"] = None
+        cfg = build_config(RunConfig, data)
+        problems = config_problems(cfg) + model_file_problems(cfg)
+    except (ConfigError, yaml.YAMLError) as exc:
+        problems = getattr(exc, "problems", None) or [str(exc).splitlines()[0]]
+    if problems:
+        raise ConfigError([f"site {site}: {p}" for p in problems])
+
+
 # -- average ----------------------------------------------------------------------------------------
 
 
@@ -132,10 +176,13 @@ def average(
 ) -> dict:
     """Average the sites' checkpoints into `publish` (the round's global model in the federation
     directory: this step runs on the federation's machine), and link it into `out` for the evaluations."""
+    from .history import active_federation
+    from .layout import FederationDir
     from .load import load_federation
     from .phases import average_round
 
     fed, _ = load_federation(federation)
+    fed = active_federation(fed, FederationDir(federation))  # a dropped site has no checkpoint here
     record = average_round(
         fed,
         number,
@@ -152,11 +199,16 @@ def average(
 # -- evaluate -------------------------------------------------------------------------------------
 
 
-def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, out: Path) -> dict:
+def evaluate(site: str, number: int, config: Path, site_dir: Path, model: Path, out: Path, federation_id: str) -> dict:
     """The global model's loss on the site's validation data: here for a local site, through the
-    site's evaluation job script (its modules, environment, container) inside the allocation otherwise."""
+    site's evaluation job script (its modules, environment, container) inside the allocation otherwise.
+    The folder must be this federation's (round 0 is claimed here: it has no train step)."""
     from ..config.load import load_saved_config
+    from .ownership import claim_site_dir
     from .site_eval import evaluate_at_site
+
+    site_dir.mkdir(parents=True, exist_ok=True)
+    claim_site_dir(site_dir, federation_id, site, number)
 
     receipt = out / f"evaluated-{site}.json"
     cfg = load_saved_config(config)
@@ -197,6 +249,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "One step of a federated round (StreamFlow)."
     sub = p.add_subparsers(dest="task", required=True)
     t = sub.add_parser("train")
+    t.add_argument("--federation-id", required=True, help="the federation's id, recorded in the site's folder")
     t.add_argument("--site", required=True)
     t.add_argument("--round", type=int, required=True)
     t.add_argument("--config", type=Path, required=True, help="the site's resolved run config of this round")
@@ -225,18 +278,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="each site's final checkpoint, in the order of --sites",
     )
     e = sub.add_parser("evaluate")
+    e.add_argument("--federation-id", required=True, help="the federation's id, recorded in the site's folder")
     e.add_argument("--site", required=True)
     e.add_argument("--round", type=int, required=True)
     e.add_argument("--config", type=Path, required=True, help="the site's base run config (its data settings)")
     e.add_argument("--site-dir", type=Path, required=True)
     e.add_argument("--model", type=Path, required=True)
+    c = sub.add_parser("check", help="check the site's run config (on stdin) where its files are")
+    c.add_argument("--site", required=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     _restore_home()
     out = Path.cwd()
+    if args.task == "check":
+        check(args.site, sys.stdin.read())
+        print(f"supertune: site {args.site}: its run config's files are here", flush=True)
+        return 0
+    try:
+        return _run_task(args, out)
+    except UserError as exc:
+        # StreamFlow's log shows this line among every step's: it names the site.
+        label = f"{args.site} round {args.round}" if args.task != "average" else ""
+        if label and not str(exc).startswith(label):
+            raise UserError(f"{label}: {exc}") from None
+        raise
+
+
+def _run_task(args: argparse.Namespace, out: Path) -> int:
     if args.task == "train":
-        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out)
+        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out, args.federation_id)
         print(
             f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
             flush=True,
@@ -251,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"supertune: round {args.round}: averaged into {record['global_model']}", flush=True)
     else:
-        record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out)
+        record = evaluate(args.site, args.round, args.config, args.site_dir, args.model, out, args.federation_id)
         print(
             f"supertune: {args.site} round {args.round}: eval loss {record['eval_loss']:.4f} of the global model",
             flush=True,

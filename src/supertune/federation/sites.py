@@ -7,6 +7,7 @@ A site's own settings stay its own: data, strategy, batch sizes, learning rate, 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,16 @@ from ..config.schema import RunConfig
 from ..resolve import Resolution, resolve
 from .schema import FederationConfig, SiteConfig
 
-__all__ = ["SitePlan", "resolve_sites", "round_overrides", "round_resolution", "STRATEGIES_WITH_OWN_OPTIMIZER"]
+__all__ = [
+    "SitePlan",
+    "resolve_sites",
+    "round_overrides",
+    "round_resolution",
+    "schedule_warning",
+    "STRATEGIES_WITH_OWN_OPTIMIZER",
+]
+
+log = logging.getLogger("supertune")
 
 # Their optimizer state is DeepSpeed's own partitioned format, not a torch optimizer's state dict.
 STRATEGIES_WITH_OWN_OPTIMIZER = ("zero1", "zero2", "zero3")
@@ -48,7 +58,27 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
         plans.append(SitePlan(site, res.config, dump_config(res.config)))
     if problems:
         raise ConfigError(problems)
+    for plan in plans:
+        warning = schedule_warning(plan.site, plan.config)
+        if warning:
+            log.warning("%s", warning)
     return plans
+
+
+def schedule_warning(site: SiteConfig, cfg: RunConfig) -> str | None:
+    """Each round is a new run, so its learning-rate schedule starts again: warmup from 0 up to
+    training.learning_rate, then the decay, within the round's steps. A warmup of steps_per_round
+    steps or more never reaches the configured peak; said once per site when the federation starts."""
+    t, steps = cfg.training, site.steps_per_round
+    if t.warmup_steps < 1 or t.warmup_steps < steps or t.lr_scheduler_type == "constant":
+        return None  # a fraction of the round's steps, or a warmup that ends within the round
+    peak = t.learning_rate * (steps - 1) / t.warmup_steps  # the linear warmup's value at the round's last step
+    return (
+        f"site {site.name}: training.warmup_steps={t.warmup_steps:g} is not below steps_per_round={steps}, and every "
+        f"round restarts the schedule (each round is a new run): the learning rate never reaches "
+        f"training.learning_rate={t.learning_rate:g} (at most {peak:.3g}); set training.warmup_steps below "
+        f"{steps}, e.g. a fraction of the round such as 0.1"
+    )
 
 
 def _base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:

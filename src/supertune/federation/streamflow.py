@@ -48,6 +48,8 @@ class StreamFlowExecutor:
         self.fed = fed
         self.root = root
         self._command: str | None = None
+        self._checked: set[str] = set()
+        """Sites with login whose config was checked at the site by this process."""
 
     def run_round(self, work: RoundWork) -> None:
         from ..subprocesses import end_group, run_group_logged
@@ -61,7 +63,10 @@ class StreamFlowExecutor:
         self._command = command
         n = work.number
         files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
-        places = {s.name: self._place(s, work) for s in self.fed.sites}
+        places = {s.name: self._named(s, lambda s=s: self._place(s, work)) for s in self.fed.sites}
+        for site in self.fed.sites:
+            if site.login and site.name not in self._checked:
+                self._check_site(site)
         work, given = self._finished_training(work)
         workflow = round_workflow(work, places, self._here(n), self.root.path, given)
         job = round_job(work, given)
@@ -100,6 +105,61 @@ class StreamFlowExecutor:
             )
         self._record(work, files, places)
 
+    @staticmethod
+    def _named(site: SiteConfig, make):
+        """`make()`, with any refusal naming the site it is about."""
+        try:
+            return make()
+        except UserError as exc:
+            raise UserError(f"site {site.name}: {exc}") from None
+
+    def _check_site(self, site: SiteConfig) -> None:
+        """Before the first round this process runs: log in to the site's login node and check the
+        site's run config there, where its data and tokenizer are (`site-task check`). One SSH
+        login per site (about a second, plus the site's Python starting); any refusal names the
+        site and its login node."""
+        import shlex
+
+        from ..entry import SITE_TASK, entry_words
+        from ..subprocesses import run_captured
+
+        assert site.login is not None and site.python is not None  # load.py requires both with login
+        remote = " ".join(
+            shlex.quote(str(w)) for w in [site.python, *entry_words(SITE_TASK, ["check", "--site", site.name])]
+        )
+        ssh = _ssh_words(site.login, self.fed.streamflow.ssh_key, connect_timeout=30)
+        text = site_config_file(self.root, site.name).read_text(encoding="utf-8")
+        log.info("site %s: checking its run config at %s", site.name, site.login)
+        answer = run_captured([*ssh, remote], timeout=300, input=text)
+        if answer.returncode == 0:
+            self._checked.add(site.name)
+            return
+        said = [line.strip() for line in (answer.stderr + answer.stdout).splitlines() if line.strip()]
+        errors = [
+            line.removeprefix("supertune: error: ") for line in said if line.startswith(("supertune: error:", "- "))
+        ]
+        reason = said[-1] if said else f"exit code {answer.returncode}"
+        if answer.returncode == 255:
+            # ssh's own failures (an unknown host, a refused key, no route) exit 255 and name neither site nor host.
+            raise FederationError(
+                f"site {site.name}: login node {site.login} cannot be used over SSH: {reason}; check sites[].login and "
+                f"that `{' '.join(ssh)} true` succeeds from this machine without a prompt"
+            )
+        if answer.returncode == 127:
+            raise FederationError(
+                f"site {site.name}: {site.python} was not found at {site.login} ({reason}); set sites[].python to the "
+                "site's Python with supertune installed"
+            )
+        if not errors:  # e.g. a supertune at the site too old for `site-task check`
+            raise FederationError(
+                f"site {site.name}: the check of its run config at {site.login} failed (exit code {answer.returncode}): "
+                f"{reason}; install the same supertune version at the site as here"
+            )
+        raise FederationError(
+            f"site {site.name}: its run config was refused at {site.login}, where its files are:\n  "
+            + "\n  ".join(errors)
+        )
+
     # -- where each site's files are ----------------------------------------------------------------
 
     def _here(self, number: int) -> SitePlace:
@@ -131,9 +191,11 @@ class StreamFlowExecutor:
         from .site_jobs import evaluation_job
 
         profile = load_profile(site.where, what=f"site {site.name}: where")
-        base = load_saved_config(site_config_file(self.root, site.name))
+        # A site reached over SSH has its data and models there: only its config's types and keys are read here.
+        here = not site.login
+        base = load_saved_config(site_config_file(self.root, site.name), files_here=here)
         round_config = self.root.round(work.number).site(site.name).config
-        trained = load_saved_config(round_config) if round_config.is_file() else base
+        trained = load_saved_config(round_config, files_here=here) if round_config.is_file() else base
         train = job_spec(trained, profile, f"{site_dir}/run", python)
         evaluate = evaluation_job(base, profile, Path(site_dir) / "evaluate", site.name, ("", "", ""))
         return {
@@ -256,7 +318,7 @@ class StreamFlowExecutor:
                     while wait and named_jobs(name, via) and time.monotonic() < deadline:
                         time.sleep(self.fed.poll_seconds)
                 except UserError as exc:
-                    problems.append(f"{name}: {exc}")
+                    problems.append(f"{name}{f' at {place.login}' if place.login else ''}: {exc}")
         if problems:
             return "; could not cancel the round's SLURM jobs by name (cancel them by hand): " + "; ".join(problems)
         return ""
@@ -316,10 +378,12 @@ def _local_env() -> dict[str, str]:
     return env
 
 
-def _ssh_words(login: str, key: str | None) -> list[str]:
+def _ssh_words(login: str, key: str | None, connect_timeout: int | None = None) -> list[str]:
     """ssh to a site's login node, for scancel and squeue there."""
     user, host, port = login_parts(login) or (None, login, None)
     words = ["ssh", "-o", "BatchMode=yes"]
+    if connect_timeout:
+        words += ["-o", f"ConnectTimeout={connect_timeout}"]
     if port:
         words += ["-p", str(port)]
     if key:

@@ -69,7 +69,33 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
             f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_num(r['weight'])} | {_num(r['local_before'])} | "
             f"{_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | {_secs(r['average_s'])} | {_secs(r['evaluate_s'])} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _history(fed, root)) + "\n"
+
+
+def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
+    """The dropped sites and the failed attempts, under the table (nothing when there are none)."""
+    from .history import dropped_sites, failures
+
+    lines = []
+    for name, d in dropped_sites(root).items():
+        lines.append(f"- {name}: dropped from round {d.get('from_round')} on ({_when(d.get('unix'))})")
+    for f in failures(root):
+        finished = read_receipt(root.round(int(f.get("round") or 0)).averaged) is not None
+        where = f"round {f.get('round')}" + (f", site {f['site']}" if f.get("site") else "")
+        said = [line.strip() for line in str(f.get("error") or "").splitlines() if line.strip()] or ["(no message)"]
+        # A message that ends its first line with ':' says what went wrong on the next (StreamFlow's errors).
+        first = " ".join(said[:2]) if said[0].endswith(":") else said[0]
+        state = "the round finished later" if finished and f.get("round") else "not finished"
+        lines.append(f"- FAILED {where} ({_when(f.get('unix'))}; {state}): {first}")
+    return (["", "## Dropped sites and failures", "", *lines]) if lines else []
+
+
+def _when(unix: float | None) -> str:
+    import time
+
+    return (
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix)) if isinstance(unix, (int, float)) else "unknown time"
+    )
 
 
 def write_table(fed: FederationConfig, root: FederationDir) -> None:

@@ -191,8 +191,23 @@ def _apply_overrides(config: Any, overrides: dict[str, Any]) -> None:
     problem = _override_problem(config, overrides)
     if problem:
         raise UserError(problem)
+    derived_head_dim = _head_dim_is_derived(config)
     for key, value in overrides.items():
         setattr(config, key, value)
+    # A config computes head_dim = hidden_size / num_attention_heads when it is built, and setting
+    # either afterwards leaves the old value: hidden_size=2048 with 16 heads over the embedded
+    # default's head_dim of 32 built attention projections of 512 instead of 2048 (a "1 B" Llama of
+    # 779 M parameters). Derived before, derived again; a head_dim the config states stays.
+    if derived_head_dim and "head_dim" not in overrides:
+        config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def _head_dim_is_derived(config: Any) -> bool:
+    head_dim = getattr(config, "head_dim", None)
+    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    if not (isinstance(head_dim, int) and isinstance(hidden, int) and isinstance(heads, int) and heads > 0):
+        return False
+    return head_dim == hidden // heads
 
 
 def _fit_vocabulary(model: Any, tokenizer: Any) -> None:

@@ -78,10 +78,12 @@ def bundle_problems(cfg: RunConfig) -> list[str]:
     return [problem] if problem else []
 
 
-def deep_problems(cfg: RunConfig) -> list[str]:
+def deep_problems(cfg: RunConfig, strategy: bool = True) -> list[str]:
     """model.config_overrides against the model's own config, and the sharding strategy (DeepSpeed's
-    own checks): each may import transformers or DeepSpeed, so only a config sound otherwise gets them."""
+    own checks; left out with strategy=False, for a command that trains nothing): each may import
+    transformers or DeepSpeed, so only a config sound otherwise gets them."""
     from ..distributed.checks import strategy_problems
     from ..modeling.model import config_override_problems, document_mask_problems
 
-    return config_override_problems(cfg.model) + document_mask_problems(cfg.model, cfg.data) + strategy_problems(cfg)
+    problems = config_override_problems(cfg.model) + document_mask_problems(cfg.model, cfg.data)
+    return problems + (strategy_problems(cfg) if strategy else [])

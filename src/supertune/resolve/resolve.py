@@ -56,12 +56,16 @@ def resolve(
     base: dict[str, Any] | None = None,
     base_name: str = "base",
     files_here: bool = True,
+    trains: bool = True,
 ) -> Resolution:
     """Resolve a new run's config from its layers; one ConfigError lists every problem found.
 
     files_here=False: the run's files (data, models, a DeepSpeed file) are on another machine (a
     federated site reached over SSH): only types, keys and the profile are checked here, and paths
     are left as written; the site resolves the config again, with every check, where the files are.
+
+    trains=False: nothing trains with this config here (`supertune prepare` tokenizes its data):
+    the sharding strategy's checks, which are about training processes, are left out.
     """
     user_layers = []
     if base:
@@ -83,15 +87,18 @@ def resolve(
         if problems:
             raise ConfigError(problems)
         return Resolution(cfg, tuple(layers), profile, tuple(overrides or ()))
-    _check(cfg, profile, problems)
+    _check(cfg, profile, problems, trains)
     return Resolution(absolute_paths(cfg), tuple(layers), profile, tuple(overrides or ()))
 
 
 def resolve_run_config(
-    path: str | os.PathLike[str] | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+    path: str | os.PathLike[str] | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    trains: bool = True,
 ) -> RunConfig:
     """The resolved config alone (see `resolve`)."""
-    return resolve(path, overrides, base).config
+    return resolve(path, overrides, base, trains=trains).config
 
 
 def load_run_dir_config(path: str | os.PathLike[str]) -> RunConfig:
@@ -102,7 +109,7 @@ def load_run_dir_config(path: str | os.PathLike[str]) -> RunConfig:
     return absolute_paths(cfg)
 
 
-def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) -> None:
+def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str], trains: bool = True) -> None:
     """Every check, all problems in one ConfigError: the config's own, its model files' and whether the
     data fits the model, the site's, then (for a config sound so far, since they may import
     transformers or DeepSpeed) the model's and the strategy's."""
@@ -110,7 +117,7 @@ def _check(cfg: RunConfig, profile: ClusterProfile | None, problems: list[str]) 
     own += model_fit_problems(cfg) if not own else []  # reads the model's config.json: only for a config sound so far
     problems += own + site_problems(cfg, profile) + bundle_problems(cfg)
     if not problems:
-        problems += deep_problems(cfg)
+        problems += deep_problems(cfg, strategy=trains)
     if problems:
         raise ConfigError(problems)
 

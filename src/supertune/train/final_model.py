@@ -33,7 +33,7 @@ def save_final_model(trainer: Any, tokenizer: Any, cfg: RunConfig, run: RunDir, 
             _finish(run.model, cfg.output.dtype)
         trainer.accelerator.wait_for_everyone()
         return
-    if cfg.distributed.strategy == "fsdp" and env.distributed:
+    if cfg.distributed.strategy == "fsdp":
         _save_fsdp(trainer, tokenizer, run, env)
         if env.is_main:
             _finish(run.model, cfg.output.dtype)

@@ -1,0 +1,471 @@
+"""The checks of the GPU checklist (../shared/gpu-checklist.md), each a few `supertune` runs whose
+figures become rows of the report.
+
+Every check has a GPU form and a dry-run form. The dry run (CPU, the tiny embedded model, a few
+steps) takes the same code path with smaller numbers, so a test can run it and the script cannot
+rot between the rare GPU loans. A check that does not fit in what is left of the budget is listed
+as not run, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .runs import Done, Runner, eval_loss, summary
+
+# ~1 B parameters with the embedded ~1,540-token vocabulary: 20 layers x (4 h^2 attention +
+# 3 h x 5632 MLP) at h = 2048 is 1.007 B; block 2048, batch 4 (8,192 tokens a step).
+LLAMA_1B = "hidden_size=2048,intermediate_size=5632,num_hidden_layers=20,num_attention_heads=16,num_key_value_heads=16,max_position_embeddings=2048"
+TINY_FROM_CONFIG = "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=2,num_key_value_heads=2,max_position_embeddings=256"
+
+
+@dataclass
+class Row:
+    check: str
+    variant: str
+    status: str  # ok | FAILED | differs | not run | not installed
+    figures: dict[str, object] = field(default_factory=dict)
+    note: str = ""
+    command: str = ""
+
+
+@dataclass
+class Sizes:
+    """The numbers that differ between a GPU run and the dry run."""
+
+    quick: list[str]  # added to the embedded-default runs
+    steps: int  # throughput and attention runs
+    model: str  # config_overrides of the throughput model
+    block: int
+    batch: int
+    save_steps: int  # ZeRO runs: a checkpoint every save_steps of 2 x save_steps
+    bf16_tolerance: float
+    zero_precision: list[str]  # transformers refuses DeepSpeed in bf16 without a GPU
+
+
+GPU = Sizes(
+    quick=[],
+    steps=20,
+    model=LLAMA_1B,
+    block=2048,
+    batch=4,
+    save_steps=10,
+    bf16_tolerance=1e-2,
+    zero_precision=["training.bf16=true"],
+)
+DRY = Sizes(
+    quick=["training.max_steps=4", "generate.max_new_tokens=4"],
+    steps=4,
+    model=TINY_FROM_CONFIG,
+    block=128,
+    batch=2,
+    save_steps=2,
+    bf16_tolerance=1e-2,
+    zero_precision=[],
+)
+
+
+def _cmd(done: Done) -> str:
+    """The command as a user would type it: `supertune ...`, the scratch run directory as RUN."""
+    args = ["RUN" if a.startswith("/") else a for a in done.argv[1:]]  # the interpreter and scratch paths
+    return " ".join(args).replace("-m supertune", "supertune", 1)
+
+
+class Checklist:
+    def __init__(self, runner: Runner, sizes: Sizes, dry_run: bool) -> None:
+        self.runner, self.sizes, self.dry_run = runner, sizes, dry_run
+        self.rows: list[Row] = []
+        self.throughput_runs: dict[str, dict] = {}
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _skip(self, check: str, variant: str, estimate: float) -> bool:
+        if self.runner.budget.allows(estimate):
+            return False
+        self.rows.append(
+            Row(
+                check,
+                variant,
+                "not run",
+                note=f"needs ~{estimate:.0f} s, {max(0, self.runner.budget.left()):.0f} s left",
+            )
+        )
+        return True
+
+    def _device_ok(self, s: dict) -> tuple[bool, str]:
+        device = str(s.get("device_name") or "?")
+        if self.dry_run:
+            return True, device
+        return device.upper() != "CPU", device
+
+    def _reload(self, name: str, run_dir: Path, s: dict) -> dict[str, object]:
+        """`supertune eval` of the saved model (plain from_pretrained) against the run's own eval loss."""
+        done = self.runner.supertune(f"{name}-eval", "eval", str(run_dir / "model"), cap=180)
+        loss = eval_loss(done)
+        figures: dict[str, object] = {"reloaded eval loss": loss, "saved dtype": _saved_dtype(run_dir / "model")}
+        if loss is not None and isinstance(s.get("eval_loss"), (int, float)):
+            figures["|reload - run|"] = abs(loss - float(s["eval_loss"]))
+        else:
+            figures["reload"] = done.why()
+        return figures
+
+    # --- 1. the embedded default ---------------------------------------------------------------
+
+    def default(self, precision: str) -> None:
+        if self._skip("embedded default", precision, 40):
+            return
+        extra = ["training.bf16=true"] if precision == "bf16" else []
+        done, run_dir = self.runner.train(f"default-{precision}", [*self.sizes.quick, *extra], cap=300)
+        s = summary(run_dir)
+        on_gpu, device = self._device_ok(s)
+        figures = {
+            "device": device,
+            "eval loss": s.get("eval_loss"),
+            "tokens/s": s.get("throughput_tokens_per_s"),
+            "wall s": round(done.seconds, 1),
+        }
+        status = "ok" if done.ok and on_gpu and s else "FAILED"
+        note = "" if done.ok else done.why()
+        if done.ok and not on_gpu:
+            note = "trained on the CPU although a GPU was lent"
+        self.rows.append(Row("embedded default", precision, status, figures, note, _cmd(done)))
+
+    # --- 2. FSDP on one GPU --------------------------------------------------------------------
+
+    def fsdp(self, sharding: str, output_dtype: str, bf16: bool, tag: str = "", extra: tuple[str, ...] = ()) -> None:
+        """One FSDP run on one GPU; `tag` and `extra`: a variant's name and overrides (cpu_offload, LoRA, ...)."""
+        variant = (
+            f"{sharding}, output {output_dtype}" + (", training bf16" if bf16 else "") + (f", {tag}" if tag else "")
+        )
+        if self._skip("FSDP --nproc 1", variant, 60):
+            return
+        if tag == "LoRA":
+            # Adapters train on a trained base: the embedded default's model from its own check.
+            base = self.runner.work / "runs" / "default-fp32" / "model"
+            if not (base / "config.json").is_file():
+                self.rows.append(
+                    Row("FSDP --nproc 1", variant, "not run", note="needs the model of check default-fp32")
+                )
+                return
+            extra = (*extra, f"model.name_or_path={base}")
+        overrides = [
+            *self.sizes.quick,
+            "distributed.strategy=fsdp",
+            f"distributed.fsdp.sharding={sharding}",
+            f"output.dtype={output_dtype}",
+            "training.save_strategy=no",
+            *extra,
+        ]
+        if bf16:
+            overrides.append("training.bf16=true")
+        name = f"fsdp-{sharding}-{output_dtype}" + (f"-{tag.lower().replace(' ', '-')}" if tag else "")
+        done, run_dir = self.runner.train(name, overrides, cap=300)
+        s = summary(run_dir)
+        on_gpu, device = self._device_ok(s)
+        sharded = s.get("sharding", {})
+        figures: dict[str, object] = {
+            "device": device,
+            "wrapper": sharded.get("wrapper"),
+            "mesh": sharded.get("mesh"),
+            "eval loss": s.get("eval_loss"),
+        }
+        if done.ok:
+            figures.update(self._reload(name, run_dir, s))
+        close = isinstance(figures.get("|reload - run|"), float) and figures["|reload - run|"] <= 0.05
+        status = "ok" if done.ok and on_gpu and close else "FAILED"
+        self.rows.append(Row("FSDP --nproc 1", variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
+
+    # --- 3. DeepSpeed ZeRO ---------------------------------------------------------------------
+
+    def zero(self, stage: int, offload: str) -> None:
+        variant = f"ZeRO-{stage}, {'bf16' if self.sizes.zero_precision else 'fp32'}, offload {offload}"
+        if not _importable("deepspeed", self.runner.env):
+            self.rows.append(Row("DeepSpeed", variant, "not installed", note="deepspeed is not importable"))
+            return
+        if self._skip("DeepSpeed", variant, 90):
+            return
+        steps = 2 * self.sizes.save_steps
+        overrides = [
+            *self.sizes.quick,
+            f"training.max_steps={steps}",
+            f"training.save_steps={self.sizes.save_steps}",
+            f"distributed.strategy=zero{stage}",
+            f"distributed.offload={offload}",
+            *self.sizes.zero_precision,
+        ]
+        name = f"zero{stage}-{offload}"
+        done, run_dir = self.runner.train(name, overrides, cap=360)
+        s = summary(run_dir)
+        on_gpu, device = self._device_ok(s)
+        latest = run_dir / "checkpoints" / "latest"
+        figures: dict[str, object] = {
+            "device": device,
+            "zero stage": s.get("sharding", {}).get("zero_stage"),
+            "checkpoint": latest.read_text().strip() if latest.is_file() else None,
+            "eval loss": s.get("eval_loss"),
+            "tokens/s": s.get("throughput_tokens_per_s"),
+            "wall s": round(done.seconds, 1),
+        }
+        if done.ok:
+            figures.update(self._reload(name, run_dir, s))
+        close = isinstance(figures.get("|reload - run|"), float) and figures["|reload - run|"] <= 0.05
+        status = "ok" if done.ok and on_gpu and close and figures["checkpoint"] else "FAILED"
+        self.rows.append(Row("DeepSpeed", variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
+
+    # --- 4. kill and resume --------------------------------------------------------------------
+
+    def resume(self) -> None:
+        variant = "bf16, 12 steps, checkpoint every 4, SIGKILL at step 6"
+        if self._skip("kill and resume", variant, 75):
+            return
+        settings = ["training.max_steps=12", "training.save_steps=4", "training.bf16=true", "generate.max_new_tokens=0"]
+        reference, ref_dir = self.runner.train("resume-reference", settings, cap=240)
+        killed, run_dir = self.runner.train("resume-run", settings, cap=240, extra_env={"SUPERTUNE_FAULT": "step@6"})
+        resumed, resumed_dir = self.runner.train("resume-run-again", settings, run="resume-run", cap=240)
+        figures: dict[str, object] = {
+            "killed exit": killed.returncode,
+            "resumed from": summary(resumed_dir).get("resumed_from_step"),
+        }
+        status = "FAILED"
+        note = ""
+        if reference.ok and resumed.ok and killed.returncode == -signal.SIGKILL:
+            diff = _max_weight_difference(ref_dir / "model", resumed_dir / "model", self.runner.env)
+            figures["max |w_resumed - w_uninterrupted|"] = diff
+            if isinstance(diff, float):
+                status = "ok" if diff <= self.sizes.bf16_tolerance else "differs"
+                note = (
+                    "bit-identical"
+                    if diff == 0
+                    else f"tolerance {self.sizes.bf16_tolerance:g} (bf16 autocast; GPU kernels with atomics are not bit-reproducible)"
+                )
+        else:
+            note = (
+                "; ".join(d.why() for d in (reference, resumed) if not d.ok)
+                or f"the fault did not kill the run (exit {killed.returncode})"
+            )
+        self.rows.append(Row("kill and resume", variant, status, figures, note, _cmd(resumed)))
+
+    # --- 5 and 6. throughput and attention -----------------------------------------------------
+
+    def _throughput_overrides(self, attn: str) -> list[str]:
+        z = self.sizes
+        return [
+            "model.from_config=true",
+            f"model.config_overrides={z.model}",
+            f"model.attn_implementation={attn}",
+            f"data.block_size={z.block}",
+            "training.bf16=true",
+            f"training.per_device_train_batch_size={z.batch}",
+            "training.per_device_eval_batch_size=4",
+            f"training.max_steps={z.steps}",
+            "training.warmup_steps=2",
+            "training.learning_rate=3e-4",
+            "training.optim=adamw_torch_fused",
+            "training.logging_steps=5",
+            "training.save_strategy=no",
+            "output.save_model=false",
+            "generate.max_new_tokens=0",
+        ]
+
+    def throughput_supertune(self) -> None:
+        variant = "supertune: packing, bf16, sdpa, fused AdamW"
+        if self._skip("throughput", variant, 90):
+            return
+        done, run_dir = self.runner.train("throughput-supertune", self._throughput_overrides("sdpa"), cap=420)
+        s = summary(run_dir)
+        s = {**s, "parameters": _logged_parameters(done)} if s else s
+        self.throughput_runs["supertune"] = s
+        figures = _throughput_figures(s)
+        figures["parameters"] = s.get("parameters")
+        figures["wall s"] = round(done.seconds, 1)
+        self.rows.append(
+            Row(
+                "throughput",
+                variant,
+                "ok" if done.ok and s else "FAILED",
+                figures,
+                "" if done.ok else done.why(),
+                _cmd(done),
+            )
+        )
+
+    def throughput_plain(self, bf16: bool) -> None:
+        variant = "plain Trainer defaults" + (" + bf16=True" if bf16 else " (fp32)")
+        if self._skip("throughput", variant, 120):
+            return
+        z = self.sizes
+        out = self.runner.work / "runs" / f"plain-{'bf16' if bf16 else 'fp32'}"
+        argv = [
+            sys.executable,
+            str(Path(__file__).with_name("plain_trainer.py")),
+            "--out",
+            str(out),
+            "--model",
+            z.model,
+        ]
+        argv += ["--block", str(z.block), "--batch", str(z.batch), "--steps", str(z.steps)]
+        if bf16:
+            argv.append("--bf16")
+        done = self.runner.run(out.name, argv, cap=600)
+        result = _read_json(out / "result.json")
+        flops = self.throughput_runs.get("supertune", {})
+        figures: dict[str, object] = {
+            "tokens/s": result.get("tokens_per_s"),
+            "peak GPU memory GB": result.get("peak_memory_gb"),
+            "train loss": result.get("train_loss"),
+            "parameters": result.get("parameters"),
+        }
+        # Only the same model makes the arms comparable: then supertune's FLOPs per token and the
+        # GPU's bf16 peak apply to this arm too, and tokens/s compare.
+        same_model = bool(result.get("parameters")) and result.get("parameters") == flops.get("parameters")
+        tokens_per_s = result.get("tokens_per_s")
+        if same_model and tokens_per_s and flops.get("flops_per_token") and flops.get("peak_tflops_per_device"):
+            figures["MFU"] = tokens_per_s * flops["flops_per_token"] / (flops["peak_tflops_per_device"] * 1e12)
+        if same_model and tokens_per_s and flops.get("throughput_tokens_per_s"):
+            figures["supertune / this"] = flops["throughput_tokens_per_s"] / tokens_per_s
+        status, note = ("ok", "") if done.ok and result else ("FAILED", done.why())
+        if status == "ok" and flops and not same_model:
+            status = "differs"
+            note = f"another model than supertune's arm ({result.get('parameters')} against {flops.get('parameters')} parameters): no ratio, no MFU"
+        figures["wall s"] = round(done.seconds, 1)
+        self.rows.append(
+            Row(
+                "throughput",
+                variant,
+                status,
+                figures,
+                note,
+                " ".join(argv[1:]).replace(str(out), "OUT").replace(str(Path(__file__).parents[2]) + "/", ""),
+            )
+        )
+
+    def attention(self, attn: str) -> None:
+        if attn == "flash_attention_2" and not _importable("flash_attn", self.runner.env):
+            self.rows.append(
+                Row("attention", attn, "not installed", note="the flash_attn package is not installed on this machine")
+            )
+            return
+        if self._skip("attention", attn, 90):
+            return
+        done, run_dir = self.runner.train(f"attention-{attn}", self._throughput_overrides(attn), cap=420)
+        s = summary(run_dir)
+        base = self.throughput_runs.get("supertune", {})
+        figures = _throughput_figures(s)
+        if s.get("train_loss") is not None and base.get("train_loss") is not None:
+            figures["|train loss - sdpa's|"] = abs(s["train_loss"] - base["train_loss"])
+        if s.get("throughput_tokens_per_s") and base.get("throughput_tokens_per_s"):
+            figures["sdpa / this tokens/s"] = base["throughput_tokens_per_s"] / s["throughput_tokens_per_s"]
+        self.rows.append(
+            Row(
+                "attention",
+                attn,
+                "ok" if done.ok and s else "FAILED",
+                figures,
+                "" if done.ok else done.why(),
+                _cmd(done),
+            )
+        )
+
+    # --- 7. the process group and the device ---------------------------------------------------
+
+    def doctor(self) -> None:
+        """`supertune doctor` on the lent machine: the torch build against the driver, each GPU, bf16, NCCL.
+        (`--comm` needs two processes; one GPU cannot hold two NCCL ranks, so it is not measured here.)"""
+        if self._skip("doctor", "doctor --json", 30):
+            return
+        done = self.runner.supertune("doctor", "doctor", "--json", cap=120)
+        report = _last_json(done.log)
+        checks = [c for c in report.get("checks", []) if isinstance(c, dict)]
+        figures: dict[str, object] = {
+            "failed": {c.get("name"): c.get("evidence") for c in checks if c.get("verdict") == "fail"},
+            "warnings": {c.get("name"): c.get("evidence") for c in checks if c.get("verdict") == "warn"},
+            "gpus": next((c.get("evidence") for c in checks if c.get("name") == "gpus"), None),
+        }
+        status = "ok" if done.returncode == 0 and report else "FAILED"  # 1: a check failed, listed in the figures
+        self.rows.append(Row("doctor", "doctor --json", status, figures, "" if report else done.why(), _cmd(done)))
+
+
+def _throughput_figures(s: dict) -> dict[str, object]:
+    return {
+        "tokens/s": s.get("throughput_tokens_per_s"),
+        "MFU": s.get("mfu"),
+        "peak GPU memory GB": s.get("peak_device_memory_gb"),
+        "train loss": s.get("train_loss"),
+    }
+
+
+PARAMETERS_LINE = re.compile(r"model ([0-9.]+)M parameters")
+
+
+def _logged_parameters(done: Done) -> int | None:
+    """The parameter count the run logged (millions, two decimals), as an integer to compare."""
+    text = done.log.read_text(encoding="utf-8", errors="replace") if done.log.exists() else ""
+    found = PARAMETERS_LINE.findall(text)
+    return int(round(float(found[-1]) * 1e6, -4)) if found else None
+
+
+def _importable(module: str, env: dict[str, str]) -> bool:
+    import subprocess
+
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
+
+
+def _saved_dtype(model_dir: Path) -> str | None:
+    """The dtype of the first tensor of the saved model, read from the safetensors header."""
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                return entry["dtype"]
+    return None
+
+
+def _max_weight_difference(a: Path, b: Path, env: dict[str, str]) -> float | str:
+    """Largest absolute difference between two saved models, in a child (the parent need not import torch)."""
+    import subprocess
+
+    probe = (
+        "import sys, glob, torch\n"
+        "from safetensors.torch import load_file\n"
+        "def load(d):\n"
+        "    out = {}\n"
+        "    for p in sorted(glob.glob(d + '/*.safetensors')): out.update(load_file(p))\n"
+        "    return out\n"
+        "x, y = load(sys.argv[1]), load(sys.argv[2])\n"
+        "assert x.keys() == y.keys(), 'different tensor names'\n"
+        "print(max((x[k].float() - y[k].float()).abs().max().item() for k in x))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(a), str(b)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return "compare failed: " + done.stderr.strip()[-200:]
+    return float(done.stdout.strip())
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _last_json(log: Path) -> dict:
+    """The JSON object a `--json` command printed (the log also holds the command line)."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    start = text.find("\n{")
+    if start < 0:
+        return {}
+    try:
+        return json.loads(text[start + 1 :])
+    except ValueError:
+        return {}
+
+
+__all__ = ["DRY", "GPU", "Checklist", "Row"]
