@@ -158,7 +158,9 @@ class Checklist:
             "distributed.strategy=fsdp",
             f"distributed.fsdp.sharding={sharding}",
             f"output.dtype={output_dtype}",
-            "training.save_strategy=no",
+            # Two sharded checkpoints (each rank's DCP shards) before the gathered final model.
+            f"training.max_steps={2 * self.sizes.save_steps}",
+            f"training.save_steps={self.sizes.save_steps}",
             *extra,
         ]
         if bf16:
@@ -172,12 +174,13 @@ class Checklist:
             "device": device,
             "wrapper": sharded.get("wrapper"),
             "mesh": sharded.get("mesh"),
+            "sharded checkpoint": _sharded_checkpoint(run_dir),
             "eval loss": s.get("eval_loss"),
         }
         if done.ok:
             figures.update(self._reload(name, run_dir, s))
         close = isinstance(figures.get("|reload - run|"), float) and figures["|reload - run|"] <= 0.05
-        status = "ok" if done.ok and on_gpu and close else "FAILED"
+        status = "ok" if done.ok and on_gpu and close and figures["sharded checkpoint"] else "FAILED"
         self.rows.append(Row("FSDP --nproc 1", variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
 
     # --- 3. DeepSpeed ZeRO ---------------------------------------------------------------------
@@ -388,6 +391,15 @@ class Checklist:
         }
         status = "ok" if done.returncode == 0 and report else "FAILED"  # 1: a check failed, listed in the figures
         self.rows.append(Row("doctor", "doctor --json", status, figures, "" if report else done.why(), _cmd(done)))
+
+
+def _sharded_checkpoint(run_dir: Path) -> str | None:
+    """The latest checkpoint's name when it holds FSDP's per-rank model shards (fsdp_model/), else None."""
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.is_file():
+        return None
+    name = latest.read_text().strip()
+    return name if (run_dir / "checkpoints" / name / "fsdp_model").is_dir() else None
 
 
 def _throughput_figures(s: dict) -> dict[str, object]:
