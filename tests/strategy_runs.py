@@ -5,8 +5,11 @@ ZeRO's and FSDP's tests compare with the same run)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +48,38 @@ def ddp(tmp_path_factory):
     losses, summary = train_run(run_dir)
     assert summary["sharding"]["wrapper"] == "DistributedDataParallel"
     return run_dir, losses, summary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def two_nodes(run_dir: Path, fault: str | None = None) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents of 2 processes on this machine joined as 2 nodes (the launch environment
+    sees 2 nodes x 2 local processes, as on two hosts), training the run directory's config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_FAULT")}
+    env["OMP_NUM_THREADS"] = "1"
+    if fault:
+        env["SUPERTUNE_FAULT"] = fault
+    port = str(free_port())
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
+            + ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port]
+            + ["-m", "supertune.train.worker", str(run_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for node in (0, 1)
+    ]
+    try:
+        outputs = [a.communicate(timeout=600)[0] for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+    return [subprocess.CompletedProcess(a.args, a.returncode, out, "") for a, out in zip(agents, outputs)]

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from strategy_runs import run_losses, train_run
+from strategy_runs import free_port, run_losses, train_run, two_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -115,12 +114,6 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
     assert abs(reloaded["eval_loss"] - summary["eval_loss"]) <= 1e-5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
     """Two torchrun agents of 2 processes each on this machine, joined as 2 nodes (--nnodes 2): the
     launch environment sees 2 nodes x 2 local processes, as on two hosts, and the model is sharded on
@@ -141,35 +134,8 @@ def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
         2,
     )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    agents = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(node),
-                "--nproc-per-node",
-                "2",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                str(port),
-                "-m",
-                "supertune.train.worker",
-                str(run_dir),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        for node in (0, 1)
-    ]
-    outputs = [a.communicate(timeout=600)[0] for a in agents]
+    agents = two_nodes(run_dir)
+    outputs = [a.stdout for a in agents]
     assert [a.returncode for a in agents] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert "(node 1 of 2, local rank 1 of 2)" in outputs[1]
     losses, summary = run_losses(run_dir)
@@ -189,7 +155,7 @@ def _torchrun_worker(run_dir):
             "--master-addr",
             "127.0.0.1",
             "--master-port",
-            str(_free_port()),
+            str(free_port()),
             "-m",
             "supertune.train.worker",
             str(run_dir),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from strategy_runs import run_losses
+from strategy_runs import run_losses, two_nodes
 from supertune.checkpoints.layout import CheckpointDir
 from supertune.checkpoints.manifest import check_files, read_manifest
 
@@ -137,56 +136,6 @@ def test_kill_during_a_save_and_after_a_checkpoint_resumes_exactly(tmp_path, kil
     assert_resumed_exactly(run, reference, resumed_from=8)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _two_nodes(run_dir: Path, fault: str | None = None) -> list[subprocess.CompletedProcess]:
-    """Two torchrun agents of 2 processes on this machine joined as 2 nodes (the launch environment
-    sees 2 nodes x 2 local processes, as on two hosts), training the run directory's config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_FAULT")}
-    env["OMP_NUM_THREADS"] = "1"
-    if fault:
-        env["SUPERTUNE_FAULT"] = fault
-    port = _free_port()
-    agents = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(node),
-                "--nproc-per-node",
-                "2",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                str(port),
-                "-m",
-                "supertune.train.worker",
-                str(run_dir),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        for node in (0, 1)
-    ]
-    try:
-        outputs = [a.communicate(timeout=600)[0] for a in agents]
-    finally:
-        for a in agents:
-            if a.poll() is None:
-                a.kill()
-    return [subprocess.CompletedProcess(a.args, a.returncode, out, "") for a, out in zip(agents, outputs)]
-
-
 def test_two_nodes_read_the_shards_of_two_processes_and_resume_after_a_kill_during_a_save(
     tmp_path, killed_after_checkpoint_8, reference
 ):
@@ -204,7 +153,7 @@ def test_two_nodes_read_the_shards_of_two_processes_and_resume_after_a_kill_duri
         byte = f.read(1)
         f.seek(1000)
         f.write(bytes([byte[0] ^ 0xFF]))
-    killed = _two_nodes(run, fault="save.staged@12")
+    killed = two_nodes(run, fault="save.staged@12")
     out = killed[0].stdout
     assert any(p.returncode != 0 for p in killed) and not (run / "summary.json").exists(), out[-3000:]
     assert "checkpoint-8 is not usable (fsdp_optimizer/__1_0.distcp: sha256 differs from the manifest)" in out
@@ -214,7 +163,7 @@ def test_two_nodes_read_the_shards_of_two_processes_and_resume_after_a_kill_duri
     written = read_manifest(layout.final(8))
     assert written.world_size == 4 and "fsdp_model/__3_0.distcp" in written.files
 
-    resumed = _two_nodes(run)
+    resumed = two_nodes(run)
     assert [p.returncode for p in resumed] == [0, 0], "\n".join(p.stdout[-3000:] for p in resumed)
     assert "(node 1 of 2, local rank 1 of 2)" in resumed[1].stdout
     assert "resuming from checkpoint-8" in resumed[0].stdout

@@ -99,6 +99,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rundir",
         "subprocesses",
         "durable_files",
+        "json_lines",
         "file_table",
         "file_formats",
         "byte_sizes",

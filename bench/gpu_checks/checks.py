@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,11 @@ class Checklist:
             figures["reload"] = done.why()
         return figures
 
+    def _add_run(self, check: str, variant: str, done: Done, good: bool, figures: dict[str, object]) -> None:
+        """The row of one run: ok when it exited 0 and `good` holds, else FAILED with its exit and log tail."""
+        status = "ok" if done.ok and good else "FAILED"
+        self.rows.append(Row(check, variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
+
     # --- 1. the embedded default ---------------------------------------------------------------
 
     def default(self, precision: str) -> None:
@@ -179,9 +185,8 @@ class Checklist:
         }
         if done.ok:
             figures.update(self._reload(name, run_dir, s))
-        close = isinstance(figures.get("|reload - run|"), float) and figures["|reload - run|"] <= 0.05
-        status = "ok" if done.ok and on_gpu and close and figures["sharded checkpoint"] else "FAILED"
-        self.rows.append(Row("FSDP --nproc 1", variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
+        good = on_gpu and _reload_matches(figures) and bool(figures["sharded checkpoint"])
+        self._add_run("FSDP --nproc 1", variant, done, good, figures)
 
     # --- 3. DeepSpeed ZeRO ---------------------------------------------------------------------
 
@@ -216,9 +221,9 @@ class Checklist:
         }
         if done.ok:
             figures.update(self._reload(name, run_dir, s))
-        close = isinstance(figures.get("|reload - run|"), float) and figures["|reload - run|"] <= 0.05
-        status = "ok" if done.ok and on_gpu and close and figures["checkpoint"] else "FAILED"
-        self.rows.append(Row("DeepSpeed", variant, status, figures, "" if done.ok else done.why(), _cmd(done)))
+        self._add_run(
+            "DeepSpeed", variant, done, on_gpu and _reload_matches(figures) and bool(figures["checkpoint"]), figures
+        )
 
     # --- 4. kill and resume --------------------------------------------------------------------
 
@@ -286,16 +291,7 @@ class Checklist:
         figures = _throughput_figures(s)
         figures["parameters"] = s.get("parameters")
         figures["wall s"] = round(done.seconds, 1)
-        self.rows.append(
-            Row(
-                "throughput",
-                variant,
-                "ok" if done.ok and s else "FAILED",
-                figures,
-                "" if done.ok else done.why(),
-                _cmd(done),
-            )
-        )
+        self._add_run("throughput", variant, done, bool(s), figures)
 
     def throughput_plain(self, bf16: bool) -> None:
         variant = "plain Trainer defaults" + (" + bf16=True" if bf16 else " (fp32)")
@@ -363,16 +359,7 @@ class Checklist:
             figures["|train loss - sdpa's|"] = abs(s["train_loss"] - base["train_loss"])
         if s.get("throughput_tokens_per_s") and base.get("throughput_tokens_per_s"):
             figures["sdpa / this tokens/s"] = base["throughput_tokens_per_s"] / s["throughput_tokens_per_s"]
-        self.rows.append(
-            Row(
-                "attention",
-                attn,
-                "ok" if done.ok and s else "FAILED",
-                figures,
-                "" if done.ok else done.why(),
-                _cmd(done),
-            )
-        )
+        self._add_run("attention", attn, done, bool(s), figures)
 
     # --- 7. the process group and the device ---------------------------------------------------
 
@@ -391,6 +378,12 @@ class Checklist:
         }
         status = "ok" if done.returncode == 0 and report else "FAILED"  # 1: a check failed, listed in the figures
         self.rows.append(Row("doctor", "doctor --json", status, figures, "" if report else done.why(), _cmd(done)))
+
+
+def _reload_matches(figures: dict[str, object]) -> bool:
+    """The reloaded model's eval loss within 0.05 of the run's (bf16/fp16 output rounds the weights)."""
+    difference = figures.get("|reload - run|")
+    return isinstance(difference, float) and difference <= 0.05
 
 
 def _sharded_checkpoint(run_dir: Path) -> str | None:
@@ -422,8 +415,6 @@ def _logged_parameters(done: Done) -> int | None:
 
 
 def _importable(module: str, env: dict[str, str]) -> bool:
-    import subprocess
-
     probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
     return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
 
@@ -442,8 +433,6 @@ def _saved_dtype(model_dir: Path) -> str | None:
 
 def _max_weight_difference(a: Path, b: Path, env: dict[str, str]) -> float | str:
     """Largest absolute difference between two saved models, in a child (the parent need not import torch)."""
-    import subprocess
-
     probe = (
         "import sys, glob, torch\n"
         "from safetensors.torch import load_file\n"

@@ -10,11 +10,11 @@ torch already installed must stay), which the children find first on PYTHONPATH.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,8 +83,6 @@ def describe(env: dict[str, str]) -> dict[str, object]:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
     facts: dict[str, object] = {"python": platform.python_version(), "host_cpus": os.cpu_count()}
     if done.returncode == 0:
-        import json
-
         facts.update(json.loads(done.stdout.strip().splitlines()[-1]))
     else:
         facts["probe_error"] = done.stderr.strip()[-500:]
@@ -103,10 +101,3 @@ def describe(env: dict[str, str]) -> dict[str, object]:
 
 def _has(program: str) -> bool:
     return any((Path(p) / program).is_file() for p in os.environ.get("PATH", "").split(os.pathsep) if p)
-
-
-def installed_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None

@@ -92,17 +92,13 @@ class Runner:
         overrides: list[str],
         *,
         run: str | None = None,
-        nproc: int = 1,
         cap: float,
         extra_env: dict[str, str] | None = None,
     ) -> tuple[Done, Path]:
         """`supertune train` into runs/<run or name> (a resume names the run it continues)."""
         run_dir = self.work / "runs" / (run or name)
-        args = ["train", "--run-dir", str(run_dir), *overrides]
-        if nproc > 1 or any(o.startswith("distributed.strategy=") for o in overrides):
-            # Sharded strategies start through torchrun even on one GPU: the process group is NCCL's then.
-            args += ["--nproc", str(nproc)]
-        return self.supertune(name, *args, cap=cap, extra_env=extra_env), run_dir
+        done = self.supertune(name, "train", "--run-dir", str(run_dir), *overrides, cap=cap, extra_env=extra_env)
+        return done, run_dir
 
 
 def summary(run_dir: Path) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..json_lines import read_records
 from ..rundir import write_json_atomic
 from .layout import FederationDir
 from .receipts import read_receipt
@@ -101,16 +102,4 @@ def record_failure(fed: FederationConfig, root: FederationDir, number: int, erro
 
 def failures(root: FederationDir) -> list[dict[str, Any]]:
     """Every recorded failure, oldest first; a line cut short by a kill is left out."""
-    try:
-        lines = _failures_file(root).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    return read_records(_failures_file(root))

@@ -16,7 +16,6 @@ Plots (sweeps.plots) go next to report.md. Nothing here imports torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from ..config.yaml_file import read_config_file
 from ..errors import UserError
+from ..json_lines import read_records
 from ..rundir import RunDir, holds_run, write_json_atomic
 from .sweep import SWEEP_FILE, read_sweep
 
@@ -57,19 +57,7 @@ class RunResult:
         """metrics.jsonl, one dict per line (empty when there is none), read once for every plot. A
         line cut short (the run was killed while appending it) is left out: the plots show what was
         written whole."""
-        try:
-            text = self.run.metrics.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return []
-        records = []
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return read_records(self.run.metrics)
 
 
 @dataclass(frozen=True)
