@@ -27,6 +27,16 @@ from cluster.slurm_cluster import SlurmCluster, SlurmError
 
 SLURM_FIXTURES = ("slurm_single", "slurm_multi")
 
+TINY_JOB = [
+    "training.logging_steps=1",
+    "training.report_to=[]",
+    "generate.max_new_tokens=0",
+    "model.config_overrides=num_hidden_layers=1",
+    "training.per_device_train_batch_size=4",
+    "data.max_eval_samples=16",
+]
+"""The settings every test job on the test cluster shares: one layer, a few eval samples, no sample text."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

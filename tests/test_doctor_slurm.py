@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.slurm_cluster import SlurmCluster
+from slurm_fixtures import TINY_JOB
 
 SCRIPT = """#!/bin/bash
 #SBATCH --nodes=2
@@ -50,14 +51,9 @@ def test_preflight_over_two_nodes_passes_or_stops_the_job(slurm_multi: SlurmClus
 
 
 TINY = [
+    *TINY_JOB,
     "training.max_steps=4",
-    "training.logging_steps=1",
     "training.save_strategy=no",
-    "training.report_to=[]",
-    "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16",
     "slurm.preflight_max_size=1M",
 ]
 

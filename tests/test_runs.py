@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from slurm_fixtures import TINY_JOB
 from supertune.entry import ENTRY_POINTS
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "supertune"
 TINY = [
-    "training.max_steps=6", "training.save_steps=2", "training.logging_steps=1", "training.report_to=[]",
-    "generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1", "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16",
-]  # fmt: skip
+    *TINY_JOB,
+    "training.max_steps=6",
+    "training.save_steps=2",
+]
 
 
 # -- the entry points -------------------------------------------------------------------------------

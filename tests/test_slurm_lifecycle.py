@@ -8,16 +8,11 @@ import time
 from pathlib import Path
 
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
-from slurm_fixtures import supertune
+from slurm_fixtures import TINY_JOB, supertune
 
 TINY = [
-    "training.logging_steps=1",
+    *TINY_JOB,
     "training.save_strategy=no",
-    "training.report_to=[]",
-    "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16",
     "launch.procs_per_node=1",
 ]
 # No '/' (a run name names a directory); everything else a shell or sbatch's header reader could act on.

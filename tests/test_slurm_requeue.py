@@ -12,18 +12,13 @@ import pytest
 from safetensors.torch import load_file
 
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
-from slurm_fixtures import supertune
+from slurm_fixtures import TINY_JOB, supertune
 
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "training.logging_steps=1",
+    *TINY_JOB,
     "training.save_steps=100000",
-    "training.report_to=[]",
-    "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16",
 ]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from cluster.slurm_cluster import SlurmCluster
-from slurm_fixtures import supertune
+from slurm_fixtures import TINY_JOB, supertune
 
 TEST_CLUSTER_IBEX = """\
 gpu_vendor: none
@@ -34,13 +34,8 @@ run_config:
 """
 
 TINY = [
-    "training.logging_steps=1",
+    *TINY_JOB,
     "training.save_strategy=no",
-    "training.report_to=[]",
-    "generate.max_new_tokens=0",
-    "model.config_overrides=num_hidden_layers=1",
-    "training.per_device_train_batch_size=4",
-    "data.max_eval_samples=16",
     "training.max_steps=6",
     "output.progress_seconds=0.2",
 ]

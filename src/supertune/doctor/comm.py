@@ -190,10 +190,24 @@ class CommSession:
         dist.all_gather_object(found, obj)
         return found
 
+    def result(self, error: str | None = None) -> CommResult:
+        """This session's result before any measurement; with `error`, why there will be none."""
+        o = self.options
+        return CommResult(
+            self.backend,
+            self.device,
+            self.view.world_size,
+            self.view.num_nodes,
+            o.warmup,
+            o.repeats,
+            o.expect_gbps,
+            error=error,
+        )
+
     def measure(self) -> CommResult:
         """Every collective at every size; an exception becomes the result's error."""
-        o, n = self.options, self.view.world_size
-        result = CommResult(self.backend, self.device, n, self.view.num_nodes, o.warmup, o.repeats, o.expect_gbps)
+        o = self.options
+        result = self.result()
         op, size = OPS[0], o.min_size
         try:
             for op in OPS:

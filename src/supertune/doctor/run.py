@@ -46,38 +46,20 @@ def run_doctor(options: DoctorOptions) -> int:
 
 
 def _with_comm(view: LaunchEnvironment, options: DoctorOptions, host: str, checks: list[CheckResult]) -> int:
-    from .comm import CommResult, CommSession, comm_check
+    from .comm import CommSession, comm_check
 
     session = CommSession(view, options)
     error = session.form()
     if error is not None:
         # No group, so no gathering: each node's first process reports what it knows.
-        result = CommResult(
-            session.backend,
-            session.device,
-            view.world_size,
-            view.num_nodes,
-            options.warmup,
-            options.repeats,
-            options.expect_gbps,
-            error=error,
-        )
+        result = session.result(error)
         doc = report_document(host, view.as_dict(), [*checks, comm_check(result)], comm=result.as_dict())
         _emit(doc, options, reporter=view.local_rank == 0, write=view.rank == 0)
         return 0 if options.exit_zero else 1
     try:
         if session.any_true(exit_code(checks) != 0):
             skipped = "not measured: a node check failed on some process (see the report)"
-            result = CommResult(
-                session.backend,
-                session.device,
-                view.world_size,
-                view.num_nodes,
-                options.warmup,
-                options.repeats,
-                options.expect_gbps,
-                error=skipped,
-            )
+            result = session.result(skipped)
         else:
             result = session.measure()
         checks = [*checks, comm_check(result)]
