@@ -60,6 +60,7 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
         ("plain-fp32", lambda: c.throughput_plain(bf16=False)),
         ("zero2", lambda: c.zero(2, "none")),
         ("resume", lambda: c.resume()),
+        ("fsdp-resume", lambda: c.resume("fsdp")),
         ("doctor", lambda: c.doctor()),
         ("zero3", lambda: c.zero(3, "none")),
         ("eager", lambda: c.attention("eager")),

@@ -227,14 +227,21 @@ class Checklist:
 
     # --- 4. kill and resume --------------------------------------------------------------------
 
-    def resume(self) -> None:
-        variant = "bf16, 12 steps, checkpoint every 4, SIGKILL at step 6"
+    def resume(self, strategy: str = "") -> None:
+        """SIGKILL after a checkpoint, the same command again, final weights against an uninterrupted run.
+
+        `strategy` fsdp: the checkpoint is FSDP's sharded one (torch DCP), read back into a fresh mesh.
+        """
+        variant = "bf16, 12 steps, checkpoint every 4, SIGKILL at step 6" + (f", {strategy}" if strategy else "")
         if self._skip("kill and resume", variant, 75):
             return
         settings = ["training.max_steps=12", "training.save_steps=4", "training.bf16=true", "generate.max_new_tokens=0"]
-        reference, ref_dir = self.runner.train("resume-reference", settings, cap=240)
-        killed, run_dir = self.runner.train("resume-run", settings, cap=240, extra_env={"SUPERTUNE_FAULT": "step@6"})
-        resumed, resumed_dir = self.runner.train("resume-run-again", settings, run="resume-run", cap=240)
+        if strategy:
+            settings.append(f"distributed.strategy={strategy}")
+        name = f"resume{'-' + strategy if strategy else ''}"
+        reference, ref_dir = self.runner.train(f"{name}-reference", settings, cap=240)
+        killed, run_dir = self.runner.train(f"{name}-run", settings, cap=240, extra_env={"SUPERTUNE_FAULT": "step@6"})
+        resumed, resumed_dir = self.runner.train(f"{name}-run-again", settings, run=f"{name}-run", cap=240)
         figures: dict[str, object] = {
             "killed exit": killed.returncode,
             "resumed from": summary(resumed_dir).get("resumed_from_step"),
