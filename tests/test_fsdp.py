@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from strategy_runs import free_port, run_losses, train_run, two_nodes
+from strategy_runs import COMMON, free_port, run_losses, train_run, two_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +206,34 @@ def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resum
     weights = load_file(run.model / "model.safetensors")
     ddp_weights = load_file(ddp[0] / "model" / "model.safetensors")
     assert max((ddp_weights[k] - weights[k]).abs().max().item() for k in weights) <= 1e-5
+
+
+def test_fsdp_refuses_to_resume_from_a_checkpoint_without_shards(ddp, tmp_path):
+    """A DDP checkpoint under a run whose config was switched to fsdp by hand (resume refuses a changed
+    strategy given as an override; an edited config.yaml gets past that): one line, before DCP."""
+    import yaml
+
+    from supertune.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
+    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+    run.stop_request.write_text("")  # a DDP checkpoint of step 1, then a stop
+    stopped = _torchrun_worker(run.path)
+    assert stopped.returncode == 0 and (run.checkpoints / "checkpoint-1" / "model.safetensors").is_file()
+
+    run.stop_request.unlink()
+    config["distributed"]["strategy"] = "fsdp"
+    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+    refused = subprocess.run(  # the same command again, as a user resumes
+        [sys.executable, "-m", "supertune", "train", "--run-dir", str(run.path), "--nproc", "2"]
+        + [*COMMON, "distributed.strategy=fsdp"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert refused.returncode != 0
+    assert "holds no FSDP shards (fsdp_model/), so distributed.strategy=fsdp cannot resume from it" in refused.stderr
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert not run.summary.exists()

@@ -2,7 +2,8 @@
 2 processes and 2 nodes x 1 process, each a DDP run of the tiny default model whose per-step losses
 and final eval loss must equal a local `supertune train --nproc 2` run's at the same global batch.
 
-All eight jobs are submitted at once (each cluster runs its own queue, one job at a time on its 2
+FSDP's hybrid sharding runs on the two nodes (2 x 2 processes) under torchrun and srun, against
+the same local run. All ten jobs are submitted at once (each cluster runs its own queue, one job at a time on its 2
 CPUs) and shared by the tests below through one module-scoped fixture.
 """
 
@@ -35,6 +36,22 @@ COMMON = [
     "training.per_device_train_batch_size=8",
     "data.max_eval_samples=64",
 ]
+# FSDP hybrid across the two nodes (2 x 2 processes: shards within a node, replicas across), under
+# the two launchers that start a job's processes differently (one agent per node, or srun tasks).
+# 4 sequences a process keep the global batch at 16; the reference is a local 4-process DDP run,
+# since 4 ranks draw other sequences into a step than 2 do (step 1 differed by 2e-3 from 2 x 8).
+HYBRID_SPLIT = ["training.per_device_train_batch_size=4", "training.global_batch_size=16"]
+HYBRID = {
+    f"fsdp-hybrid-{launcher}-2x2": [
+        "--launcher",
+        launcher,
+        "launch.procs_per_node=2",
+        "distributed.strategy=fsdp",
+        "distributed.fsdp.sharding=hybrid",
+        *HYBRID_SPLIT,
+    ]
+    for launcher in ("torchrun", "srun")
+}
 TOLERANCE = 1e-4  # DDP: same data, same seeds, only the reduction order may differ
 JOB_TIMEOUT = 420.0
 
@@ -109,6 +126,23 @@ def runs(
             )
             assert proc.returncode == 0, proc.stderr
             submitted[f"{launcher}-{topology}"] = (cluster, int(proc.stdout.strip()), run_dir, time.monotonic())
+    for key, args in HYBRID.items():
+        run_dir = root / key
+        proc = supertune(
+            "submit",
+            "--cluster",
+            "local",
+            "--nodes",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            *COMMON,
+            *args,
+            env=_client_env(slurm_multi, config_dir),
+            cwd=root,
+        )
+        assert proc.returncode == 0, proc.stderr
+        submitted[key] = (slurm_multi, int(proc.stdout.strip()), run_dir, time.monotonic())
 
     local_dir = root / "local"
     local = supertune(
@@ -124,6 +158,21 @@ def runs(
     )
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     out = {"local": Run(local_dir, *_results(local_dir))}
+    local4_dir = root / "local-4"
+    local4 = supertune(
+        "train",
+        "--nproc",
+        "4",
+        "--run-dir",
+        str(local4_dir),
+        *COMMON,
+        *HYBRID_SPLIT,
+        env=_client_env(None, config_dir),
+        cwd=root,
+        timeout=600,
+    )
+    assert local4.returncode == 0, local4.stdout[-3000:] + local4.stderr[-3000:]
+    out["local-4"] = Run(local4_dir, *_results(local4_dir))
 
     for key, (cluster, job_id, run_dir, _) in submitted.items():
         state = cluster.wait(job_id, timeout=JOB_TIMEOUT)
@@ -177,9 +226,27 @@ def test_losses_equal_the_local_run(key: str, runs: dict[str, Run]) -> None:
     assert run.summary["train_tokens"] == local.summary["train_tokens"]
 
 
+@pytest.mark.parametrize("key", HYBRID)
+def test_fsdp_hybrid_over_two_nodes_matches_the_local_ddp_run(key: str, runs: dict[str, Run]) -> None:
+    """Four ranks on two nodes, each holding half of every parameter (sharded within its node,
+    replicated across the two): the same per-step losses and eval loss as 4-process DDP."""
+    local, run = runs["local-4"], runs[key]
+    assert run.summary["world_size"] == 4 and run.summary["train_steps"] == 8
+    sharding = run.summary["sharding"]
+    assert sharding["strategy"] == "fsdp" and sharding["mesh"] == {"dp_replicate": 2, "dp_shard": 2}, sharding
+    assert abs(sharding["held_fraction"] - 0.5) <= 0.01, sharding
+    places = re.findall(r"supertune: rank (\d) of 4 on (\S+) \(node (\d) of 2", run.log)
+    assert sorted((p[0], p[1]) for p in places) == [("0", "node1"), ("1", "node1"), ("2", "node2"), ("3", "node2")]
+    worst = max(abs(run.losses[s] - local.losses[s]) for s in local.losses)
+    assert sorted(run.losses) == list(range(1, 9)) and worst <= TOLERANCE, (worst, run.losses, local.losses)
+    assert abs(float(run.summary["eval_loss"]) - float(local.summary["eval_loss"])) <= TOLERANCE
+    assert "Traceback" not in run.log, run.log[-4000:]
+
+
 def test_launchers_agree_with_each_other(runs: dict[str, Run]) -> None:
-    final = {k: r.losses[8] for k, r in runs.items()}
-    evals = {k: float(r.summary["eval_loss"]) for k, r in runs.items()}
+    same = {k: r for k, r in runs.items() if k in (*JOBS, "local")}  # the world-size-2 runs
+    final = {k: r.losses[8] for k, r in same.items()}
+    evals = {k: float(r.summary["eval_loss"]) for k, r in same.items()}
     assert max(final.values()) - min(final.values()) <= TOLERANCE, final
     assert max(evals.values()) - min(evals.values()) <= TOLERANCE, evals
 

@@ -1,6 +1,6 @@
 """Long runs on the real Slurm test cluster: a USR1 to the batch shell (as --signal sends before the
-time limit) checkpoints, requeues and resumes to the same result as an uninterrupted run; and a
-real time limit does the same by itself."""
+time limit) checkpoints an FSDP run's shards, requeues and resumes to the same result as an
+uninterrupted run; and a real time limit does the same by itself (one process, DDP's path)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,15 @@ def _wait_until(condition, what: str, timeout: float, cluster: SlurmCluster) -> 
 def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(
     slurm_single: SlurmCluster, slurm_client, tmp_path: Path
 ) -> None:
+    """Under FSDP (2 processes, full shard): the stop writes each rank's shards (a sharded checkpoint),
+    and the requeued job reads them back. The DDP path of the same requeue is the time-limit test's."""
     run_dir = tmp_path / "run"
-    settings = ["training.max_steps=60", "launch.launcher=torchrun", "launch.procs_per_node=2"]
+    settings = [
+        "training.max_steps=60",
+        "launch.launcher=torchrun",
+        "launch.procs_per_node=2",
+        "distributed.strategy=fsdp",
+    ]
     job = _submit(slurm_client, tmp_path, run_dir, *settings)
     _wait_until(lambda: _steps_logged(run_dir) >= 5, "step 5", 240, slurm_single)
     slurm_single.scancel(job, "--batch", "--signal=USR1")
@@ -67,6 +74,7 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_same_result(
     stopped_at = int(log.split("stopped at step ")[1].split()[0])
     assert 5 <= stopped_at < 60
     assert f"resuming from checkpoint-{stopped_at}" in log
+    assert (run_dir / "checkpoints" / f"checkpoint-{stopped_at}" / "fsdp_model").is_dir()  # the ranks' shards
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["train_steps"] == 60 and summary["resumed_from_step"] == stopped_at
 

@@ -174,11 +174,13 @@ SchedulerType=sched/backfill
 # Short scheduling intervals: a requeued job starts again within seconds; batch_sched_delay=0
 # starts a submitted job at the next scheduler tick (about 1 s) rather than up to 3 s later.
 SchedulerParameters=bf_interval=5,sched_interval=5,batch_sched_delay=0
-# No slurmdbd, so no sacct: finished jobs are read with scontrol, which keeps them MinJobAge s.
+# No slurmdbd, so no sacct: finished jobs are read with scontrol, which keeps them MinJobAge s: an
+# hour, since on a busy machine a test may read a job long after it finished (a 14-minute fixture saw
+# its first jobs purged at the default 300 s).
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-MinJobAge=300
+MinJobAge=3600
 JobRequeue=1
 MpiDefault=none
 MailProg=/bin/true

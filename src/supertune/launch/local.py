@@ -16,7 +16,7 @@ def torchrun_argv(nproc: int, args: list[str], entry: str = TRAIN_WORKER, max_re
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "supertune.launch.torchrun_agent",  # torch.distributed.run, its failure report in one line
         "--standalone",
         f"--nproc-per-node={nproc}",
         *([f"--max-restarts={max_restarts}"] if max_restarts else []),
