@@ -174,10 +174,12 @@ def plan_documents(offsets: np.ndarray, block_size: int, window: int = WINDOW_DO
     )
 
 
-def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+def packed_row(
+    pieces: list[np.ndarray], block_size: int, pad_token_id: int, masks: list[np.ndarray] | None = None
+) -> dict[str, torch.Tensor]:
     """One training row from the token arrays of its pieces: ids padded to block_size, position ids
-    restarting at 0 for every piece (and for the padding), labels -100 at each piece's first token
-    and on the padding."""
+    restarting at 0 for every piece (and for the padding), labels -100 at each piece's first token,
+    on the padding, and where the pieces' loss masks (data.loss_on) hold 0."""
     lengths = [len(p) for p in pieces]
     used = sum(lengths)
     ids = np.full(block_size, pad_token_id, dtype=np.int64)
@@ -189,6 +191,8 @@ def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> 
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     positions = np.arange(block_size, dtype=np.int64) - np.repeat(firsts, sizes)
     labels = ids.copy()
+    if masks is not None and pieces:
+        labels[:used][np.concatenate(masks) == 0] = IGNORE_INDEX
     labels[firsts] = IGNORE_INDEX
     labels[used:] = IGNORE_INDEX
     return {
@@ -201,10 +205,14 @@ def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> 
 class DocumentBins(torch.utils.data.Dataset):
     """Blocks of whole documents over a token stream (a numpy array or a store's memory-mapped shards)."""
 
-    def __init__(self, tokens: Any, offsets: np.ndarray, block_size: int, pad_token_id: int) -> None:
+    def __init__(
+        self, tokens: Any, offsets: np.ndarray, block_size: int, pad_token_id: int, loss_mask: np.ndarray | None = None
+    ) -> None:
         self.tokens = tokens
         self.plan = plan_documents(offsets, block_size)
         self.pad_token_id = pad_token_id
+        self.loss_mask = loss_mask
+        """1 where a token is a loss target, aligned with `tokens` (None: every token is)."""
 
     def __len__(self) -> int:
         return self.plan.blocks
@@ -213,8 +221,10 @@ class DocumentBins(torch.utils.data.Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         starts, lengths = self.plan.pieces(i)
-        pieces = [np.asarray(self.tokens[s : s + n]) for s, n in zip(starts.tolist(), lengths.tolist())]
-        return packed_row(pieces, self.plan.block_size, self.pad_token_id)
+        spans = list(zip(starts.tolist(), lengths.tolist()))
+        pieces = [np.asarray(self.tokens[s : s + n]) for s, n in spans]
+        masks = None if self.loss_mask is None else [self.loss_mask[s : s + n] for s, n in spans]
+        return packed_row(pieces, self.plan.block_size, self.pad_token_id, masks)
 
 
 def stream_rows(

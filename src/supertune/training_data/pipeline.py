@@ -61,12 +61,22 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
         raise UserError(
             "data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage"
         )
+    _log_masked(train, d, "training", context_length)
     baseline = _unigram(train, validation, token_id_limit(tokenizer))
     if d.packing and d.document_mask:
-        bins = _document_bins(train.concatenated(), train.offsets(), d, tokenizer, "training")
+        bins = _document_bins(
+            train.concatenated(), train.offsets(), d, tokenizer, "training", train.concatenated_mask()
+        )
         return TrainingData(
             train=bins,
-            validation=_document_bins(validation.concatenated(), validation.offsets(), d, tokenizer, "validation"),
+            validation=_document_bins(
+                validation.concatenated(),
+                validation.offsets(),
+                d,
+                tokenizer,
+                "validation",
+                validation.concatenated_mask(),
+            ),
             collator=None,
             max_length=None,
             train_tokens_available=train.num_tokens,
@@ -75,8 +85,8 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
         )
     if d.packing:
         return TrainingData(
-            train=_blocks(train.concatenated(), d, "training"),
-            validation=_blocks(validation.concatenated(), d, "validation"),
+            train=_blocks(train.concatenated(), d, "training", train.concatenated_mask()),
+            validation=_blocks(validation.concatenated(), d, "validation", validation.concatenated_mask()),
             collator=None,
             max_length=None,
             train_tokens_available=train.num_tokens,
@@ -84,8 +94,8 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
         )
     max_length = d.max_length or min(max(len(x) for x in train.docs), context_length)
     return TrainingData(
-        train=PaddedDocuments(train.docs, max_length),
-        validation=PaddedDocuments(validation.docs, max_length),
+        train=PaddedDocuments(train.docs, max_length, train.masks),
+        validation=PaddedDocuments(validation.docs, max_length, validation.masks),
         collator=PadCollator(tokenizer.pad_token_id, max_length),
         max_length=max_length,
         train_tokens_available=train.num_tokens,
@@ -110,12 +120,13 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int, seed:
     split = tokenize_split(load_validation_rows(d, seed), d, tokenizer, "evaluation")
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
+    mask = split.concatenated_mask()
     if d.packing and d.document_mask:
-        return _document_bins(split.concatenated(), split.offsets(), d, tokenizer, "evaluation"), None
+        return _document_bins(split.concatenated(), split.offsets(), d, tokenizer, "evaluation", mask), None
     if d.packing:
-        return _blocks(split.concatenated(), d, "evaluation"), None
+        return _blocks(split.concatenated(), d, "evaluation", mask), None
     max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
-    return PaddedDocuments(split.docs, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+    return PaddedDocuments(split.docs, max_length, split.masks), PadCollator(tokenizer.pad_token_id, max_length)
 
 
 def _check_context(d: DataConfig, context_length: int) -> None:
@@ -130,8 +141,8 @@ def _check_context(d: DataConfig, context_length: int) -> None:
         )
 
 
-def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
-    blocks = PackedBlocks(tokens, d.block_size)
+def _blocks(tokens: Any, d: DataConfig, name: str, loss_mask: Any = None) -> PackedBlocks:
+    blocks = PackedBlocks(tokens, d.block_size, loss_mask)
     if len(blocks) == 0:
         raise UserError(
             f"data.block_size: the {name} split has {len(tokens)} tokens, fewer than one block of {d.block_size}; "
@@ -140,9 +151,11 @@ def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
     return blocks
 
 
-def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, name: str) -> DocumentBins:
+def _document_bins(
+    tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, name: str, loss_mask: Any = None
+) -> DocumentBins:
     """Blocks of whole documents (data.document_mask), with the padding they leave in the run's log."""
-    bins = DocumentBins(tokens, offsets, d.block_size, tokenizer.pad_token_id)
+    bins = DocumentBins(tokens, offsets, d.block_size, tokenizer.pad_token_id, loss_mask)
     plan = bins.plan
     log.info(
         "document mask: %s split, %d documents (%d longer than %d tokens, split into pieces) in %d blocks; padding %.1f %%",
@@ -154,6 +167,37 @@ def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, nam
         100 * plan.padding_share,
     )
     return bins
+
+
+def _log_masked(split: TokenizedSplit, d: DataConfig, name: str, context_length: int) -> None:
+    """The loss tokens of conversations or prompt/completion rows, and what happens to the rows longer
+    than a sequence: they are kept and cut as any document is (never refused), and the log says how many."""
+    if split.masks is None:
+        return
+    rows = "conversations" if d.format == "chat" else "rows"
+    log.info(
+        "%s: %s split, %d %s, %d tokens, %d of them trained on (data.loss_on=%s)",
+        d.format,
+        name,
+        len(split.docs),
+        rows,
+        split.num_tokens,
+        split.loss_tokens,
+        d.loss_target,
+    )
+    limit = d.block_size if d.packing else d.max_length or min(max(len(x) for x in split.docs), context_length)
+    longer = sum(len(x) > limit for x in split.docs)
+    if not longer:
+        return
+    if d.packing and d.document_mask:
+        how = f"each is cut into pieces of {limit} tokens, and a piece does not see the one before it"
+    elif d.packing:
+        how = f"they run across block edges (of {limit} tokens) as every packed document does"
+    else:
+        how = f"each is truncated at data.max_length={limit}, and the turns past it are not trained"
+    log.warning(
+        "%s: %d of %d %s %s are longer than %d tokens: %s", d.format, longer, len(split.docs), name, rows, limit, how
+    )
 
 
 def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
