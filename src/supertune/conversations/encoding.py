@@ -22,20 +22,42 @@ from ..config.schema import DataConfig
 from ..errors import UserError
 from .spans import RowProblem, assistant_spans, conversation_problem, render
 
-__all__ = ["encode_rows"]
+__all__ = ["check_rows", "encode_rows"]
 
 
 def encode_rows(
-    rows: dict[str, list[Any]], d: DataConfig, tokenizer: Any, split: str, first_row: int
+    rows: dict[str, list[Any]], d: DataConfig, tokenizer: Any, where: str, first_row: int
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(ids, masks) of a batch of rows, int32 ids and uint8 masks; rows are numbered from `first_row`."""
+    """(ids, masks) of a batch of rows, int32 ids and uint8 masks; rows are numbered from `first_row`
+    of `where` ("the training split") in the error a bad row raises."""
     n = len(next(iter(rows.values()))) if rows else 0
     try:
         if d.format == "chat":
             return _conversations(rows.get(d.messages_field, [None] * n), d, tokenizer, first_row)
+        _check_prompt_completions(rows, d, first_row, n)
         return _prompt_completions(rows, d, tokenizer, first_row, n)
     except _BadRow as bad:
-        raise UserError(f"{bad.problem.key}: {split} row {bad.row} (counting from 0): {bad.problem.message}") from None
+        raise _row_error(bad, where) from None
+
+
+def check_rows(rows: dict[str, list[Any]], d: DataConfig, where: str, first_row: int) -> None:
+    """What encode_rows checks without a tokenizer: the shape of every conversation (roles, the last
+    turn) or the text of every prompt and completion."""
+    n = len(next(iter(rows.values()))) if rows else 0
+    try:
+        if d.format == "chat":
+            for i, messages in enumerate(rows.get(d.messages_field, [None] * n)):
+                problem = conversation_problem(messages, d.messages_field)
+                if problem is not None:
+                    raise _BadRow(first_row + i, problem)
+        else:
+            _check_prompt_completions(rows, d, first_row, n)
+    except _BadRow as bad:
+        raise _row_error(bad, where) from None
+
+
+def _row_error(bad: _BadRow, where: str) -> UserError:
+    return UserError(f"{bad.problem.key}: row {bad.row} of {where} (counting from 0): {bad.problem.message}")
 
 
 class _BadRow(Exception):
@@ -89,9 +111,7 @@ def _conversations(
     return ids_out, masks_out
 
 
-def _prompt_completions(
-    rows: dict[str, list[Any]], d: DataConfig, tokenizer: Any, first_row: int, n: int
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _check_prompt_completions(rows: dict[str, list[Any]], d: DataConfig, first_row: int, n: int) -> None:
     prompts = rows.get(d.prompt_field, [None] * n)
     completions = rows.get(d.completion_field, [None] * n)
     for i, (p, c) in enumerate(zip(prompts, completions)):
@@ -108,6 +128,13 @@ def _prompt_completions(
                     f"no completion text in column {d.completion_field!r}, so nothing to train on; fix the row or drop it",
                 ),
             )
+
+
+def _prompt_completions(
+    rows: dict[str, list[Any]], d: DataConfig, tokenizer: Any, first_row: int, n: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    prompts = rows.get(d.prompt_field, [None] * n)
+    completions = rows.get(d.completion_field, [None] * n)
     if not n:
         return [], []
     prompt_ids = tokenizer(list(prompts), add_special_tokens=False, return_attention_mask=False)["input_ids"]

@@ -82,7 +82,7 @@ def assistant_spans(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str
         if not (text.startswith(through) and through.startswith(before)):
             raise RowProblem(
                 "data.chat_template",
-                f"the chat template renders turn {i} differently once later turns follow, so its assistant turns "
+                f"the chat template renders turn {i} (counting from 0) differently once later turns follow, so its assistant turns "
                 "cannot be marked; give a template that renders a conversation turn after turn (data.chat_template=FILE), "
                 "or train on every token (data.loss_on=all)",
             )

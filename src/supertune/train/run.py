@@ -200,6 +200,8 @@ def _summary(
     return {
         "eval_loss": eval_loss,
         "eval_tokens": eval_tokens,
+        # What eval_loss (and train_loss) are over: all tokens, or the answers' (data.loss_on).
+        "loss_on": cfg.data.loss_target,
         "perplexity": math.exp(min(eval_loss, 50.0)),
         "unigram_perplexity": data.unigram_perplexity,
         "train_loss": float(train_out.training_loss),

@@ -88,7 +88,7 @@ def _masked_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str) -> To
     docs: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     for rows in iter_row_batches(dataset):
-        ids, mask = encode_rows(rows, d, tokenizer, split, len(docs))
+        ids, mask = encode_rows(rows, d, tokenizer, f"the {split} split", len(docs))
         docs += ids
         masks += mask
     return TokenizedSplit(docs, masks)

@@ -239,7 +239,14 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
 def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int) -> float:
     from ..embedded import unigram_perplexity
 
-    return unigram_perplexity(train.docs, validation.docs, vocab_size)
+    # Over the loss tokens alone when there is a mask: the baseline of the same tokens the eval loss is over.
+    return unigram_perplexity(_loss_tokens(train), _loss_tokens(validation), vocab_size)
+
+
+def _loss_tokens(split: TokenizedSplit) -> list[Any]:
+    if split.masks is None:
+        return split.docs
+    return [doc[mask == 1] for doc, mask in zip(split.docs, split.masks)]
 
 
 def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> TrainingData:
