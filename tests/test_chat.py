@@ -171,6 +171,27 @@ def test_the_masked_loss_is_the_cross_entropy_of_the_answers(base_tokenizer, mod
     assert loss == pytest.approx(_reference(model, reference), abs=1e-5)
 
 
+@pytest.mark.parametrize("packing, document_mask", [(False, False), (True, False), (True, True)])
+def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packing, document_mask):
+    """The streamed validation split (read once, unshuffled) holds the rows the map-style one holds."""
+    from supertune.training_data.pipeline import build_training_data
+
+    tok = _tokenizer(base_tokenizer)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(40)))
+    d = dict(format="chat", train_files=[str(path)], validation_files=[str(path)], block_size=96)
+    d.update(packing=packing, document_mask=document_mask, max_length=96)
+    attach_chat_template(DataConfig(format="chat"), tok, "embedded", own_tokenizer=True)
+
+    def rows(streaming: bool) -> list[tuple]:
+        data = build_training_data(DataConfig(**d, streaming=streaming), tok, 0, 256)
+        items = [data.validation[i] for i in range(len(data.validation))]
+        return sorted((tuple(x["input_ids"].tolist()), tuple(x["labels"].tolist())) for x in items)
+
+    streamed, stored = rows(True), rows(False)
+    assert streamed == stored and any(-100 in labels for _, labels in stored)
+
+
 # --- refusals ----------------------------------------------------------------------------------------
 
 
@@ -182,7 +203,6 @@ def test_the_masked_loss_is_the_cross_entropy_of_the_answers(base_tokenizer, mod
             ["data.format=chat", "data.loss_on=completion"],
             "data.loss_on: completion needs data.format=prompt_completion",
         ),
-        (["data.format=chat", "data.streaming=true"], "data.streaming: not supported yet with data.format=chat"),
         (
             ["data.format=prompt_completion"],
             "data.format: prompt_completion needs data with prompt and completion columns",
@@ -283,3 +303,9 @@ def test_the_embedded_chat_default_trains_saves_its_template_and_answers(capsys,
     model = str(run / "model")
     assert main(["generate", model, "--chat", "--system", "Be brief.", "--max-new-tokens", "4"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2  # one answer per question; the blank line is no turn
+
+
+def test_prepare_refuses_rows_whose_mask_it_cannot_store(capsys, tmp_path):
+    message = refused(capsys, "prepare", "data.format=chat", "--out", str(tmp_path / "store"))
+    assert message.startswith("data.format: a token store holds no loss mask yet, so chat rows cannot be stored")
+    assert not (tmp_path / "store").exists()

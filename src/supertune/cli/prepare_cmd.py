@@ -98,9 +98,17 @@ def _load(args: argparse.Namespace, extra: list[str]):
     # use, maybe this store) are ignored here. prepare reads map-style datasets: the split of a store
     # is the validation files or the percentage split, whatever data.streaming says. Nothing trains
     # here: a site's config with its training strategy (fsdp, zero3) is prepared as it is.
-    return config, resolve_run_config(
+    cfg = resolve_run_config(
         config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"], trains=False
     )
+    if cfg.data.format != "text":
+        from ..errors import UserError
+
+        raise UserError(
+            f"data.format: a token store holds no loss mask yet, so {cfg.data.format} rows cannot be stored; "
+            "train from the files (supertune train with the same config)"
+        )
+    return config, cfg
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -273,8 +273,6 @@ def _check_format(d: DataConfig, p: list[str]) -> None:
             f"data.store: a token store holds no loss mask yet, so data.format={d.format} would train on every token; "
             "train from the files (remove data.store)"
         )
-    if d.streaming:
-        p.append(f"data.streaming: not supported yet with data.format={d.format}; set data.streaming=false")
 
 
 def _check_store(d: DataConfig, p: list[str]) -> None:

@@ -196,16 +196,27 @@ class _Stream(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _documents(self):
+    def _documents(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """(token ids, loss mask or None) of each streamed document."""
         rows = self.rows
         if self.shuffle:
             rows = rows.shuffle(seed=self.seed, buffer_size=self.d.shuffle_buffer)
             rows.set_epoch(self.epoch)
+        if self.d.format != "text":
+            from ..conversations.encoding import encode_rows
+
+            count = 0
+            for batch in iter_row_batches(rows, batch_docs=256):
+                ids, masks = encode_rows(batch, self.d, self.tokenizer, "the stream", count)
+                count += len(ids)
+                yield from zip(ids, masks)
+            return
         for i, texts in enumerate(_rendered(iter_row_batches(rows, batch_docs=256), self.d, "streamed")):
             docs = encode_texts(texts, self.tokenizer, self.d.add_eos)
             if i == 0:
                 check_encoded(len(texts), np.array([len(x) for x in docs], dtype=np.int64), self.d.add_eos, "streamed")
-            yield from docs
+            for doc in docs:
+                yield doc, None
 
 
 class PackedStream(_Stream):
@@ -214,14 +225,17 @@ class PackedStream(_Stream):
     def __iter__(self):
         size = self.d.block_size
         buffer = np.zeros(0, dtype=np.int32)
+        mask_buffer = np.zeros(0, dtype=np.uint8)
         produced = 0
-        for doc in self._documents():
+        for doc, mask in self._documents():
             buffer = np.concatenate([buffer, doc])
+            mask_buffer = np.concatenate([mask_buffer, np.ones(len(doc), dtype=np.uint8) if mask is None else mask])
             while len(buffer) >= size:
                 ids = torch.from_numpy(buffer[:size].astype(np.int64))
-                buffer = buffer[size:]
+                labels = ids.masked_fill(torch.from_numpy(mask_buffer[:size] == 0), IGNORE_INDEX)
+                buffer, mask_buffer = buffer[size:], mask_buffer[size:]
                 produced += 1
-                yield {"input_ids": ids, "labels": ids.clone()}
+                yield {"input_ids": ids, "labels": labels}
         if not produced:
             # Trainer would otherwise restart the empty stream forever.
             raise UserError(
@@ -260,9 +274,16 @@ class PaddedStream(_Stream):
 
     def __iter__(self):
         produced = 0
-        for doc in self._documents():
+        for doc, mask in self._documents():
             if len(doc):
                 produced += 1
-                yield {"input_ids": torch.from_numpy(doc[: self.d.max_length].astype(np.int64))}
+                ids = torch.from_numpy(doc[: self.d.max_length].astype(np.int64))
+                if mask is None:
+                    yield {"input_ids": ids}
+                else:
+                    yield {
+                        "input_ids": ids,
+                        "labels": ids.masked_fill(torch.from_numpy(mask[: self.d.max_length] == 0), IGNORE_INDEX),
+                    }
         if not produced:
             raise UserError("data: the stream holds no documents; check data.train_files and data.text_field")

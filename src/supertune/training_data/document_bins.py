@@ -228,7 +228,7 @@ class DocumentBins(torch.utils.data.Dataset):
 
 
 def stream_rows(
-    documents: Iterator[np.ndarray],
+    documents: Iterator[tuple[np.ndarray, np.ndarray | None]],
     block_size: int,
     pad_token_id: int,
     seed: list[int],
@@ -239,29 +239,32 @@ def stream_rows(
     Within a window the blocks come out in an order shuffled by `seed` + the window's number
     (best-fit decreasing creates them longest documents first), so a run gives the same rows in the
     same order every time it reads the same stream; that is what lets a resumed run skip exactly
-    the batches it has trained on. `on_plan` is told each window's plan before its rows.
+    the batches it has trained on. `on_plan` is told each window's plan before its rows. Each document
+    comes with its loss mask (data.loss_on), or None when every token is trained.
     """
     window: list[np.ndarray] = []
+    window_masks: list[np.ndarray | None] = []
     number = 0
 
     def flush() -> Iterator[dict[str, torch.Tensor]]:
         tokens = np.concatenate(window)
+        mask = None if window_masks[0] is None else np.concatenate(window_masks)
         offsets = np.concatenate([[0], np.cumsum([len(d) for d in window])]).astype(np.int64)
         plan = plan_documents(offsets, block_size, window=len(window))
         if on_plan is not None:
             on_plan(plan)
         order = np.random.default_rng([*seed, number]).permutation(plan.blocks)
         for b in order.tolist():
-            starts, lengths = plan.pieces(b)
-            yield packed_row(
-                [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())], block_size, pad_token_id
-            )
+            spans = list(zip(*(x.tolist() for x in plan.pieces(b))))
+            masks = None if mask is None else [mask[s : s + n] for s, n in spans]
+            yield packed_row([tokens[s : s + n] for s, n in spans], block_size, pad_token_id, masks)
 
-    for doc in documents:
+    for doc, doc_mask in documents:
         if len(doc):
             window.append(doc)
+            window_masks.append(doc_mask)
         if len(window) == WINDOW_DOCS:
             yield from flush()
-            window, number = [], number + 1
+            window, window_masks, number = [], [], number + 1
     if window:
         yield from flush()
