@@ -292,6 +292,7 @@ def test_the_embedded_chat_default_trains_saves_its_template_and_answers(capsys,
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["loss_on"] == "assistant" and "over the assistant tokens" in out
+    assert 0 < summary["loss_tokens_available"] < summary["train_tokens"] * 100
     assert summary["sample"].startswith("system: ") and " | user: " in summary["sample"]
     assert " | assistant: " in summary["sample"]
     saved = AutoTokenizer.from_pretrained(str(run / "model"))
@@ -305,7 +306,36 @@ def test_the_embedded_chat_default_trains_saves_its_template_and_answers(capsys,
     assert len(capsys.readouterr().out.splitlines()) == 2  # one answer per question; the blank line is no turn
 
 
-def test_prepare_refuses_rows_whose_mask_it_cannot_store(capsys, tmp_path):
-    message = refused(capsys, "prepare", "data.format=chat", "--out", str(tmp_path / "store"))
-    assert message.startswith("data.format: a token store holds no loss mask yet, so chat rows cannot be stored")
+def test_a_token_store_keeps_the_masks(capsys, tmp_path):
+    """`supertune prepare` stores the loss mask beside the ids (checked by --verify); a run from the store
+    gets the labels a run from the files gets, and a store of other rows or another loss is refused."""
+    from supertune.modeling.tokenizer import load_tokenizer
+    from supertune.resolve import resolve
+    from supertune.training_data.pipeline import build_training_data
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(30)))
+    data = ["data.format=chat", f"data.train_files={path}", f"data.validation_files={path}", "data.block_size=64"]
+    assert main(["prepare", *data, "--out", str(tmp_path / "store")]) == 0
+    assert sorted(f.name for f in (tmp_path / "store").glob("*.mask")) == ["train-00000.mask", "validation-00000.mask"]
+    assert main(["prepare", "--verify", str(tmp_path / "store")]) == 0
+    mask = tmp_path / "store" / "validation-00000.mask"
+    mask.write_bytes(bytes([1 - mask.read_bytes()[0]]) + mask.read_bytes()[1:])  # one flipped bit of the mask
+    capsys.readouterr()
+    assert "validation-00000.mask has sha256" in refused(capsys, "prepare", "--verify", str(tmp_path / "store"))
+    mask.write_bytes(bytes([1 - mask.read_bytes()[0]]) + mask.read_bytes()[1:])
+
+    def labels(*extra: str) -> list[list[int]]:
+        cfg = resolve(None, [*data, *extra]).config
+        built = build_training_data(cfg.data, load_tokenizer(cfg), 0, 256)
+        return [built.validation[i]["labels"].tolist() for i in range(len(built.validation))]
+
+    assert labels(f"data.store={tmp_path}/store") == labels()
+    with pytest.raises(UserError, match=r"data.loss_on='assistant', the run's is 'all'"):
+        labels(f"data.store={tmp_path}/store", "data.loss_on=all")
+
+
+def test_prepare_submit_refuses_rows_whose_mask_it_cannot_store(capsys, tmp_path):
+    message = refused(capsys, "prepare", "data.format=chat", "--out", str(tmp_path / "store"), "--submit")
+    assert message.startswith("--submit: an array job stores plain documents only for now")
     assert not (tmp_path / "store").exists()

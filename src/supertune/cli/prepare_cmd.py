@@ -101,13 +101,6 @@ def _load(args: argparse.Namespace, extra: list[str]):
     cfg = resolve_run_config(
         config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"], trains=False
     )
-    if cfg.data.format != "text":
-        from ..errors import UserError
-
-        raise UserError(
-            f"data.format: a token store holds no loss mask yet, so {cfg.data.format} rows cannot be stored; "
-            "train from the files (supertune train with the same config)"
-        )
     return config, cfg
 
 
@@ -129,6 +122,11 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _masked(args: argparse.Namespace) -> bool:
+    """Whether the run config's data.format is not text (the config resolved, as prepare resolves it)."""
+    return _load(args, [])[1].data.format != "text"
+
+
 def _submit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -139,6 +137,11 @@ def _submit(args: argparse.Namespace) -> int:
     from ..store.array import finished_parts, plan_array, work_dir
     from ..store.writer import DEFAULT_SHARD_TOKENS
 
+    if _masked(args):
+        raise UserError(
+            "--submit: an array job stores plain documents only for now; prepare conversations and "
+            "prompt/completion rows (data.format) in one process, without --submit"
+        )
     if not args.cluster:
         raise UserError(
             "--cluster: --submit needs the cluster profile, e.g. --cluster lumi (see supertune clusters list)"

@@ -268,11 +268,6 @@ def _check_format(d: DataConfig, p: list[str]) -> None:
             f"data.template: renders plain documents, but data.format is {d.format}; remove data.template "
             "(a conversation is rendered by its chat template, a prompt/completion row by its two columns)"
         )
-    if d.store is not None:
-        p.append(
-            f"data.store: a token store holds no loss mask yet, so data.format={d.format} would train on every token; "
-            "train from the files (remove data.store)"
-        )
 
 
 def _check_store(d: DataConfig, p: list[str]) -> None:

@@ -202,6 +202,7 @@ def _summary(
         "eval_tokens": eval_tokens,
         # What eval_loss (and train_loss) are over: all tokens, or the answers' (data.loss_on).
         "loss_on": cfg.data.loss_target,
+        "loss_tokens_available": data.loss_tokens_available,
         "perplexity": math.exp(min(eval_loss, 50.0)),
         "unigram_perplexity": data.unigram_perplexity,
         "train_loss": float(train_out.training_loss),

@@ -40,6 +40,8 @@ class TrainingData:
     """Tokens in the training split (None when streaming)."""
     unigram_perplexity: float | None
     """Perplexity of a unigram model of the training tokens on the validation tokens (None when streaming)."""
+    loss_tokens_available: int | None = None
+    """Tokens of the training split the loss is computed on (data.loss_on); None when every token is, or streaming."""
     padding_share: float | None = None
     """Pad slots / all slots of the training blocks with data.document_mask (of the validation blocks when
     streaming, whose training blocks are known only as they are read); None otherwise."""
@@ -62,6 +64,7 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
             "data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage"
         )
     _log_masked(train, d, "training", context_length)
+    loss_tokens = None if train.masks is None else train.loss_tokens
     baseline = _unigram(train, validation, token_id_limit(tokenizer))
     if d.packing and d.document_mask:
         bins = _document_bins(
@@ -82,6 +85,7 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
             train_tokens_available=train.num_tokens,
             unigram_perplexity=baseline,
             padding_share=bins.plan.padding_share,
+            loss_tokens_available=loss_tokens,
         )
     if d.packing:
         return TrainingData(
@@ -91,6 +95,7 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
             max_length=None,
             train_tokens_available=train.num_tokens,
             unigram_perplexity=baseline,
+            loss_tokens_available=loss_tokens,
         )
     max_length = d.max_length or min(max(len(x) for x in train.docs), context_length)
     return TrainingData(
@@ -100,6 +105,7 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
         max_length=max_length,
         train_tokens_available=train.num_tokens,
         unigram_perplexity=baseline,
+        loss_tokens_available=loss_tokens,
     )
 
 
@@ -111,12 +117,13 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int, seed:
         from ..store.reader import open_store_for_run
 
         store = open_store_for_run(d, tokenizer)
+        v = store.validation
         if d.packing and d.document_mask:
-            return _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "evaluation"), None
+            return _document_bins(v.tokens, v.offsets, d, tokenizer, "evaluation", v.loss_mask), None
         if d.packing:
-            return _blocks(store.validation.tokens, d, "evaluation"), None
-        max_length = d.max_length or min(store.validation.longest(), context_length)
-        return PaddedDocuments(store.validation, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+            return _blocks(v.tokens, d, "evaluation", v.loss_mask), None
+        max_length = d.max_length or min(v.longest(), context_length)
+        return PaddedDocuments(v, max_length, v.masks()), PadCollator(tokenizer.pad_token_id, max_length)
     split = tokenize_split(load_validation_rows(d, seed), d, tokenizer, "evaluation")
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
@@ -211,19 +218,20 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
 
     store = open_store_for_run(d, tokenizer)
     padding = None
+    t, v = store.train, store.validation
     if d.packing and d.document_mask:
-        train = _document_bins(store.train.tokens, store.train.offsets, d, tokenizer, "training")
-        validation = _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "validation")
+        train = _document_bins(t.tokens, t.offsets, d, tokenizer, "training", t.loss_mask)
+        validation = _document_bins(v.tokens, v.offsets, d, tokenizer, "validation", v.loss_mask)
         collator, max_length, padding = None, None, train.plan.padding_share
     elif d.packing:
         train, validation = (
-            _blocks(store.train.tokens, d, "training"),
-            _blocks(store.validation.tokens, d, "validation"),
+            _blocks(t.tokens, d, "training", t.loss_mask),
+            _blocks(v.tokens, d, "validation", v.loss_mask),
         )
         collator, max_length = None, None
     else:
-        max_length = d.max_length or min(store.train.longest(), context_length)
-        train, validation = PaddedDocuments(store.train, max_length), PaddedDocuments(store.validation, max_length)
+        max_length = d.max_length or min(t.longest(), context_length)
+        train, validation = PaddedDocuments(t, max_length, t.masks()), PaddedDocuments(v, max_length, v.masks())
         collator = PadCollator(tokenizer.pad_token_id, max_length)
     return TrainingData(
         train=train,
@@ -265,4 +273,4 @@ def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> Train
         log.info(
             "document mask: streaming; padding %.1f %% in the %d validation blocks", 100 * padding, len(validation)
         )
-    return TrainingData(train, validation, collator, d.max_length, None, None, padding)
+    return TrainingData(train, validation, collator, d.max_length, None, None, padding_share=padding)
