@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config.schema import DataConfig
 from ..errors import UserError
-from .spans import RowProblem, assistant_spans
+from .spans import RowProblem, assistant_spans, render
 
 __all__ = ["attach_chat_template"]
 
@@ -54,12 +54,13 @@ def attach_chat_template(d: DataConfig, tokenizer: Any, source: str, own_tokeniz
 
         tokenizer.chat_template = EMBEDDED_CHAT_TEMPLATE
     try:
+        if d.loss_target == "all":  # every token is trained: the template only has to render
+            render(tokenizer, _PROBE, False)
+            return
         _, spans = assistant_spans(tokenizer, _PROBE)
     except RowProblem as problem:
-        if d.loss_target != "all" or problem.key != "data.chat_template" or "differently" not in problem.message:
-            raise UserError(f"{problem.key}: on a sample conversation: {problem.message}") from None
-        return
-    if d.loss_target == "assistant" and len(spans) != 2:
+        raise UserError(f"{problem.key}: on a sample conversation: {problem.message}") from None
+    if len(spans) != 2:
         raise UserError(
             "data.chat_template: on a sample conversation with two assistant turns it renders "
             f"{len(spans)} answers; give a template that writes every assistant turn, or data.loss_on=all"
