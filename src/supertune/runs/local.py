@@ -82,7 +82,7 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
-    if cfg.data.format != "text" and not cfg.data.dataset_name:
+    if cfg.data.format != "text" and not (cfg.data.dataset_name or cfg.data.store):
         # A bad conversation, or a chat template that cannot mark the answers, is refused with its row
         # in the files (seconds: the tokenizer loads, the first rows are rendered).
         from ..modeling.tokenizer import load_tokenizer
