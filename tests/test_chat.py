@@ -270,6 +270,11 @@ def test_a_template_that_cannot_mark_the_answers_is_refused(capsys, tmp_path, te
     assert not (tmp_path / "runs").exists()
 
 
+def test_conversations_read_as_text_name_the_format(capsys, tmp_path):
+    message = refused(capsys, "train", *_runs([GOOD, GOOD], tmp_path))
+    assert message.endswith("the rows are conversations ('messages'): set data.format=chat"), message
+
+
 def test_a_tokenizer_without_template_needs_one(base_tokenizer, tmp_path):
     tok = _tokenizer(base_tokenizer)
     with pytest.raises(UserError, match=r"^data.chat_template: the tokenizer of 'x' has no chat template"):

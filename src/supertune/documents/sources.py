@@ -314,7 +314,12 @@ def _check_columns(d: DataConfig, columns: list[str]) -> None:
         field = "data.template" if d.template else "data.text_field"
     missing = [c for c in needed if c not in columns]
     if missing:
-        raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)})")
+        hint = ""
+        if d.format == "text" and d.messages_field in columns:
+            hint = f"; the rows are conversations ({d.messages_field!r}): set data.format=chat"
+        elif d.format == "text" and d.prompt_field in columns and d.completion_field in columns:
+            hint = "; the rows are prompt/completion pairs: set data.format=prompt_completion"
+        raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)}){hint}")
 
 
 def _template_fields(template: str) -> list[str]:
