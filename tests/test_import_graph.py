@@ -91,7 +91,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slurm", "training_data", "container"),
     ("doctor", "store", "averaging"),
     ("distributed", "modeling"),
-    ("documents", "clusters"),
+    ("documents", "conversations", "clusters"),
     ("config",),
     ("launch", "embedded", "hub", "checkpoints", "weight_files"),
     (

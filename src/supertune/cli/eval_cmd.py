@@ -18,6 +18,7 @@ def epilog() -> str:
         "examples:\n"
         "  supertune eval runs/supertune-20261121-101500/model\n"
         "  supertune eval ./my-model --data valid.jsonl data.block_size=512\n"
+        "  supertune eval ./my-chat-model --data conversations.jsonl data.format=chat   # loss over the answers\n"
     )
 
 
@@ -63,10 +64,18 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config
     metrics = evaluate_saved_model(args.model, cfg, verify_mode(args))
+    over = (
+        ""
+        if cfg.data.loss_target == "all"
+        else f" over the {_ANSWERS[cfg.data.loss_target]} (data.loss_on={cfg.data.loss_target})"
+    )
     print(
-        f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)"
+        f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}{over}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)"
     )
     return 0
+
+
+_ANSWERS = {"assistant": "assistant turns' tokens", "completion": "completions' tokens"}
 
 
 def _quoted(path: str) -> str:

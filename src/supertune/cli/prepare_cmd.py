@@ -98,9 +98,10 @@ def _load(args: argparse.Namespace, extra: list[str]):
     # use, maybe this store) are ignored here. prepare reads map-style datasets: the split of a store
     # is the validation files or the percentage split, whatever data.streaming says. Nothing trains
     # here: a site's config with its training strategy (fsdp, zero3) is prepared as it is.
-    return config, resolve_run_config(
+    cfg = resolve_run_config(
         config, overrides + extra + ["data.store=", "model.bundle=", "data.streaming=false"], trains=False
     )
+    return config, cfg
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -121,6 +122,11 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _masked(args: argparse.Namespace) -> bool:
+    """Whether the run config's data.format is not text (the config resolved, as prepare resolves it)."""
+    return _load(args, [])[1].data.format != "text"
+
+
 def _submit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -131,6 +137,11 @@ def _submit(args: argparse.Namespace) -> int:
     from ..store.array import finished_parts, plan_array, work_dir
     from ..store.writer import DEFAULT_SHARD_TOKENS
 
+    if _masked(args):
+        raise UserError(
+            "--submit: an array job stores plain documents only for now; prepare conversations and "
+            "prompt/completion rows (data.format) in one process, without --submit"
+        )
     if not args.cluster:
         raise UserError(
             "--cluster: --submit needs the cluster profile, e.g. --cluster lumi (see supertune clusters list)"

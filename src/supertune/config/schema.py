@@ -98,6 +98,18 @@ class DataConfig:
     """Column that holds the text (json, jsonl, csv, parquet and hub datasets)."""
     template: str | None = None
     """Prompt template applied to every document, with {text} (or any {column}) placeholders, e.g. "Write a document: {text}"."""
+    format: Literal["text", "chat", "prompt_completion"] = "text"
+    """Shape of a row: text (a document in text_field, or data.template's rendering), chat (a conversation of {role, content} turns in messages_field, rendered with the chat template), prompt_completion (prompt_field then completion_field). With no data files, chat trains on the embedded conversations."""
+    messages_field: str = "messages"
+    """Column that holds a conversation, a list of {role, content} (data.format=chat)."""
+    prompt_field: str = "prompt"
+    """Column that holds the prompt (data.format=prompt_completion)."""
+    completion_field: str = "completion"
+    """Column that holds the answer to the prompt (data.format=prompt_completion)."""
+    chat_template: str | None = None
+    """Jinja chat-template file that renders the conversations (data.format=chat); empty: the tokenizer's own (the embedded tokenizer's built-in one for the embedded default). The final model saves the template with its tokenizer."""
+    loss_on: Literal["all", "completion", "assistant"] | None = None
+    """Tokens the loss is computed on; the others get label -100: all, completion (the answer of a prompt/completion row), assistant (every assistant turn of a conversation). Empty: all for text, completion for prompt_completion, assistant for chat."""
     streaming: bool = False
     """Read the data lazily as an iterable stream (needs training.max_steps)."""
     packing: bool = True
@@ -122,6 +134,14 @@ class DataConfig:
     """Token store directory made by `supertune prepare`: train on its memory-mapped token ids instead of reading and tokenizing the files."""
     store_check: Literal["auto", "sha256", "size"] = "auto"
     """How data.store is checked when training starts, in every process: sha256 reads every byte, size only compares file sizes; auto: sha256 up to 4 GiB, size above (check a copied big store once with supertune prepare --verify)."""
+
+    @property
+    def loss_target(self) -> str:
+        """data.loss_on, or the default of data.format when it is empty."""
+        return self.loss_on or _DEFAULT_LOSS_ON[self.format]
+
+
+_DEFAULT_LOSS_ON = {"text": "all", "prompt_completion": "completion", "chat": "assistant"}
 
 
 @dataclass

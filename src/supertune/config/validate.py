@@ -218,6 +218,7 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         )
     if d.template is not None:
         _check_template(d.template, p)
+    _check_format(d, p)
     if d.store is not None:
         _check_store(d, p)
     if d.document_mask and not d.packing:
@@ -229,6 +230,43 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
     if d.streaming and d.store is None and not d.packing and d.max_length is None:
         p.append(
             "data.max_length: padding (data.packing=false) with streaming needs a fixed max_length; set data.max_length, e.g. 512"
+        )
+
+
+# data.loss_on values each data.format can mark: a plain document has no answer, a prompt/completion
+# row no assistant turn, a conversation no single completion.
+_LOSS_ON = {"text": ("all",), "prompt_completion": ("all", "completion"), "chat": ("all", "assistant")}
+
+
+def _check_format(d: DataConfig, p: list[str]) -> None:
+    """data.format with the keys that go with it: what data.loss_on can mean, the chat template file,
+    and the paths that do not carry a loss mask yet (a token store, a stream)."""
+    if d.loss_on is not None and d.loss_on not in _LOSS_ON[d.format]:
+        fits = next(f for f, allowed in _LOSS_ON.items() if d.loss_on in allowed and f != "text")
+        p.append(
+            f"data.loss_on: {d.loss_on} needs data.format={fits}, but data.format is {d.format}; "
+            f"use data.loss_on={' or '.join(_LOSS_ON[d.format])}, or set data.format={fits}"
+        )
+    if d.chat_template is not None:
+        if d.format != "chat":
+            p.append(
+                f"data.chat_template: set with data.format={d.format}; it renders conversations, set data.format=chat or remove it"
+            )
+        elif not os.path.isfile(os.path.expanduser(d.chat_template)):
+            p.append(
+                f"data.chat_template: {d.chat_template!r} is not a file; give a Jinja chat-template file, or leave it empty for the tokenizer's own"
+            )
+    if d.format == "text":
+        return
+    if d.format == "prompt_completion" and not (d.train_files or d.dataset_name or d.store):
+        p.append(
+            "data.format: prompt_completion needs data with prompt and completion columns (the embedded data has "
+            "stories and conversations); give data.train_files, or use data.format=chat for the embedded conversations"
+        )
+    if d.template is not None:
+        p.append(
+            f"data.template: renders plain documents, but data.format is {d.format}; remove data.template "
+            "(a conversation is rendered by its chat template, a prompt/completion row by its two columns)"
         )
 
 

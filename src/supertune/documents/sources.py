@@ -15,6 +15,7 @@ from ..file_formats import file_format
 __all__ = [
     "RawSplits",
     "load_hub_dataset",
+    "load_file_rows",
     "load_raw_splits",
     "load_validation_rows",
     "training_files",
@@ -46,18 +47,21 @@ def training_files(d: DataConfig) -> list[str]:
         return list(d.train_files)
     if d.dataset_name:
         return []
-    from ..embedded import default_corpus
-
-    return [str(default_corpus().train)]
+    return [str(_embedded(d).train)]
 
 
 def validation_files(d: DataConfig) -> list[str]:
     """The validation files, with the embedded corpus's own standing in when no data is configured."""
     if d.validation_files or d.train_files or d.dataset_name:
         return list(d.validation_files)
-    from ..embedded import default_corpus
+    return [str(_embedded(d).validation)]
 
-    return [str(default_corpus().validation)]
+
+def _embedded(d: DataConfig) -> Any:
+    """The embedded data of data.format: the conversations for chat, the stories otherwise."""
+    from ..embedded import chat_corpus, default_corpus
+
+    return chat_corpus() if d.format == "chat" else default_corpus()
 
 
 def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
@@ -142,6 +146,14 @@ def load_validation_rows(d: DataConfig, seed: int) -> Any:
         return validation
     rows = _load_files({"validation": files}, streaming=False)["validation"]
     rows = _sample(rows, d.max_eval_samples, d, seed)
+    _check_columns(d, list(rows.column_names))
+    return rows
+
+
+def load_file_rows(d: DataConfig, files: list[str]) -> Any:
+    """The rows of `files` in their order, unsplit and unsampled (map-style): what a row's number in
+    an error message counts."""
+    rows = _load_files({"rows": files}, streaming=False)["rows"]
     _check_columns(d, list(rows.column_names))
     return rows
 
@@ -292,11 +304,22 @@ def _hold_out(train: Any, d: DataConfig, seed: int) -> tuple[Any, Any]:
 def _check_columns(d: DataConfig, columns: list[str]) -> None:
     if not columns:  # some streamed datasets only know their columns once read
         return
-    needed = _template_fields(d.template) if d.template else [d.text_field]
+    if d.format == "chat":
+        needed, field = [d.messages_field], "data.messages_field"
+    elif d.format == "prompt_completion":
+        needed = [d.prompt_field, d.completion_field]
+        field = "data.prompt_field" if d.prompt_field not in columns else "data.completion_field"
+    else:
+        needed = _template_fields(d.template) if d.template else [d.text_field]
+        field = "data.template" if d.template else "data.text_field"
     missing = [c for c in needed if c not in columns]
     if missing:
-        field = "data.template" if d.template else "data.text_field"
-        raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)})")
+        hint = ""
+        if d.format == "text" and d.messages_field in columns:
+            hint = f"; the rows are conversations ({d.messages_field!r}): set data.format=chat"
+        elif d.format == "text" and d.prompt_field in columns and d.completion_field in columns:
+            hint = "; the rows are prompt/completion pairs: set data.format=prompt_completion"
+        raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)}){hint}")
 
 
 def _template_fields(template: str) -> list[str]:

@@ -10,6 +10,9 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "EMBEDDED_CHAT_TEMPLATE",
+    "chat_corpus",
+    "sample_conversation",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_LEARNING_RATE",
@@ -25,6 +28,9 @@ __all__ = [
 ]
 
 _WHERE = {
+    "EMBEDDED_CHAT_TEMPLATE": "chat",
+    "chat_corpus": "chat",
+    "sample_conversation": "chat",
     "unigram_perplexity": "baseline",
     "DefaultCorpus": "corpus",
     "default_corpus": "corpus",

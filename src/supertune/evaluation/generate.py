@@ -7,7 +7,7 @@ from typing import Any
 from ..config.schema import GenerateConfig
 from .placement import input_device
 
-__all__ = ["generate_text"]
+__all__ = ["generate_reply", "generate_text"]
 
 
 def generate_text(
@@ -19,9 +19,27 @@ def generate_text(
     FSDP); each forward pass gathers them collectively, so all processes keep stepping until the
     longest generation ends. The same seed gives every process the same text.
     """
+    text = g.prompt if prompt is None else prompt
+    out = _generate(model, tokenizer, g, text, synced_gpus)
+    return tokenizer.decode(out[0], skip_special_tokens=True)
+
+
+def generate_reply(
+    model: Any, tokenizer: Any, g: GenerateConfig, messages: list[dict[str, str]], synced_gpus: bool = False
+) -> str:
+    """The assistant's next turn after `messages`, rendered with the tokenizer's chat template and its
+    generation prompt (as `apply_chat_template(..., add_generation_prompt=True)` renders it); only the
+    new text, without the template's markers."""
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    out = _generate(model, tokenizer, g, prompt, synced_gpus)
+    return tokenizer.decode(out[0][start:], skip_special_tokens=True).strip()
+
+
+def _generate(model: Any, tokenizer: Any, g: GenerateConfig, text: str, synced_gpus: bool) -> Any:
+    """The ids of `text` and of what the model generates after it (one row)."""
     import torch
 
-    text = g.prompt if prompt is None else prompt
     device = input_device(model)
     inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
     if inputs["input_ids"].shape[1] == 0:  # an empty prompt starts from BOS (or EOS) instead
@@ -47,4 +65,4 @@ def generate_text(
     finally:
         torch.random.set_rng_state(generator_state)
         model.train(was_training)
-    return tokenizer.decode(out[0], skip_special_tokens=True)
+    return out

@@ -48,13 +48,18 @@ def load_saved_model(model_dir: str, verify: str = "auto") -> tuple[Any, Any]:
 
 
 def evaluate_saved_model(model_dir: str, cfg: RunConfig, verify: str = "auto") -> dict[str, float]:
-    """eval_loss, perplexity, sequences and tokens, on cfg.data batched as in training (the run's exact final eval)."""
+    """eval_loss, perplexity, sequences and tokens, on cfg.data batched as in training (the run's exact final eval):
+    over the tokens data.loss_on names (the answers of conversations and prompt/completion rows)."""
     from transformers import default_data_collator
 
     from ..modeling.model import context_length
     from .loss import token_mean_loss
 
     model, tokenizer = load_saved_model(model_dir, verify)
+    if cfg.data.format == "chat":
+        from ..conversations.template import attach_chat_template
+
+        attach_chat_template(cfg.data, tokenizer, model_dir, own_tokenizer=False)
     dataset, collator = build_eval_dataset(cfg.data, tokenizer, context_length(model), cfg.training.seed)
     loss, tokens = token_mean_loss(
         model, dataset, collator or default_data_collator, cfg.training.per_device_eval_batch_size

@@ -61,6 +61,12 @@ def load_tokenizer(cfg: RunConfig) -> Any:
         )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    if cfg.data.format == "chat":
+        from ..conversations.template import attach_chat_template
+
+        m = cfg.model
+        own = m.tokenizer == "train" or not (m.bundle or m.tokenizer or m.name_or_path)
+        attach_chat_template(cfg.data, tok, ref, own_tokenizer=own)
     return tok
 
 

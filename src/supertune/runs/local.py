@@ -70,8 +70,9 @@ def forward_stop_signals() -> list[RunDir]:
 
 def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     """Before a run directory exists: GPUs this PyTorch cannot use (`gpus`; it imports torch, which
-    the training processes check again), and the weights the run starts from against their
-    manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind."""
+    the training processes check again), the weights the run starts from against their
+    manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind;
+    and the rows of conversational data (training_data.row_checks)."""
     from ..checkpoints.model_files import check_saved_model
 
     if gpus:
@@ -81,6 +82,13 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
+    if cfg.data.format != "text" and not (cfg.data.dataset_name or cfg.data.store):
+        # A bad conversation, or a chat template that cannot mark the answers, is refused with its row
+        # in the files (seconds: the tokenizer loads, the first rows are rendered).
+        from ..modeling.tokenizer import load_tokenizer
+        from ..training_data.row_checks import check_rows_before_start
+
+        check_rows_before_start(cfg.data, load_tokenizer(cfg))
 
 
 def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutcome:
@@ -134,6 +142,7 @@ def summary_lines(summary: dict, run: RunDir) -> list[str]:
     """What a finished run says last: eval loss and perplexity, steps and tokens, where the model is."""
     lines = [
         f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
+        + (f" over the {summary['loss_on']} tokens" if summary.get("loss_on", "all") != "all" else "")
         + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
         f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
         + (

@@ -25,6 +25,7 @@ __all__ = [
     "SplitEntry",
     "TokenizerEntry",
     "read_manifest",
+    "stored_rows",
     "tokenizer_fingerprint",
     "write_manifest",
 ]
@@ -50,6 +51,9 @@ class SplitEntry:
     offsets: FileEntry
     """Little-endian int64, documents + 1 entries: document i is tokens [offsets[i], offsets[i+1]) of the split."""
     shards: list[ShardEntry] = field(default_factory=list)
+    masks: list[ShardEntry] = field(default_factory=list)
+    """The loss mask (data.loss_on) of conversations and prompt/completion rows: one byte per token, 1 where
+    the token is trained, in shards of the same tokens as `shards`; empty for plain documents."""
 
 
 @dataclass
@@ -91,6 +95,9 @@ class Manifest:
     """{"name": ..., "config": ...} of the hub dataset the documents came from; None for files."""
     bundle: list[FileEntry] | None = None
     """The offline bundle (`prepare --bundle`): tokenizer files under bundle/tokenizer/, model config under bundle/model/."""
+    rows: dict[str, Any] | None = None
+    """How conversations or prompt/completion rows were encoded (data.format, data.loss_on, their columns, the
+    chat template's sha256), which the run must share; None for plain documents (and stores made before)."""
 
     def files(self) -> list[tuple[FileEntry, int]]:
         """Every file but the manifest, with the bytes per element it holds."""
@@ -99,6 +106,7 @@ class Manifest:
         for s in self.splits.values():
             out.append((s.offsets, 8))
             out += [(sh, width) for sh in s.shards]
+            out += [(m, 1) for m in s.masks]
         out += [(f, 1) for f in self.bundle or []]
         return out
 
@@ -116,6 +124,27 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     data["padding"] = None
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def stored_rows(d: Any, tokenizer: Any) -> dict[str, Any] | None:
+    """The manifest's record of how conversations or prompt/completion rows became ids and masks (None
+    for plain documents): a run from the store must encode its rows the same way."""
+    if d.format == "text":
+        return None
+    if d.format == "chat":
+        template = getattr(tokenizer, "chat_template", None) or ""
+        return {
+            "format": "chat",
+            "loss_on": d.loss_target,
+            "messages_field": d.messages_field,
+            "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
+        }
+    return {
+        "format": d.format,
+        "loss_on": d.loss_target,
+        "prompt_field": d.prompt_field,
+        "completion_field": d.completion_field,
+    }
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
@@ -158,6 +187,7 @@ def _from_dict(raw: dict[str, Any]) -> Manifest:
             tokens=int(s["tokens"]),
             offsets=FileEntry(**s["offsets"]),
             shards=[ShardEntry(**sh) for sh in s["shards"]],
+            masks=[ShardEntry(**m) for m in s.get("masks", [])],
         )
     if raw["dtype"] not in ("uint16", "uint32"):
         raise ValueError(f"dtype {raw['dtype']!r}")
@@ -175,4 +205,5 @@ def _from_dict(raw: dict[str, Any]) -> Manifest:
         unigram_perplexity=float(raw["unigram_perplexity"]),
         dataset=raw.get("dataset"),
         bundle=[FileEntry(**f) for f in raw["bundle"]] if raw.get("bundle") is not None else None,
+        rows=raw.get("rows"),
     )

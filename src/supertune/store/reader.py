@@ -59,6 +59,12 @@ class StoreSplit:
     tokens: ShardedTokens
     offsets: np.ndarray
     """Document i is tokens[offsets[i]:offsets[i + 1]]."""
+    loss_mask: ShardedTokens | None = None
+    """1 where a token is trained (conversations, prompt/completion rows), aligned with tokens; None: every token."""
+
+    def masks(self) -> StoreSplit | None:
+        """The loss masks as a sequence of documents (what padding mode indexes), or None."""
+        return None if self.loss_mask is None else StoreSplit(self.loss_mask, self.offsets)
 
     def document(self, i: int) -> np.ndarray:
         return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
@@ -89,7 +95,8 @@ def _map_split(directory: Path, split: SplitEntry, dtype: str) -> StoreSplit:
     little = np.dtype(dtype).newbyteorder("<")
     shards = [np.memmap(directory / s.file, dtype=little, mode="r") for s in split.shards if s.tokens]
     offsets = np.memmap(directory / split.offsets.file, dtype="<i8", mode="r")
-    return StoreSplit(ShardedTokens(shards), offsets)
+    masks = [np.memmap(directory / m.file, dtype=np.uint8, mode="r") for m in split.masks if m.tokens]
+    return StoreSplit(ShardedTokens(shards), offsets, ShardedTokens(masks) if split.masks else None)
 
 
 def open_store(directory: str | Path, hashes: bool = False) -> TokenStore:

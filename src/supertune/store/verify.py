@@ -16,7 +16,7 @@ import numpy as np
 from ..config.schema import DataConfig
 from ..errors import UserError
 from ..file_table import sha256_files
-from .manifest import Manifest, read_manifest, tokenizer_fingerprint
+from .manifest import Manifest, read_manifest, stored_rows, tokenizer_fingerprint
 
 __all__ = ["check_store", "check_matches"]
 
@@ -25,6 +25,8 @@ def check_store(directory: Path, hashes: bool) -> Manifest:
     """The manifest of a sound store; a UserError naming the first bad file and the fix otherwise."""
     manifest = read_manifest(directory)
     for name, split in manifest.splits.items():
+        if split.masks and [m.tokens for m in split.masks] != [sh.tokens for sh in split.shards]:
+            _bad(directory, f"the {name} loss-mask shards do not hold the tokens of its id shards")
         if sum(sh.tokens for sh in split.shards) != split.tokens:
             _bad(
                 directory,
@@ -86,6 +88,11 @@ def check_matches(manifest: Manifest, directory: Path, d: DataConfig, tokenizer:
         stored, wanted = getattr(manifest, key), getattr(d, key)
         if stored != wanted:
             diffs.append(f"data.{key}={stored!r}, the run's is {wanted!r}")
+    rows, wanted_rows = manifest.rows or {"format": "text"}, stored_rows(d, tokenizer) or {"format": "text"}
+    for key in sorted(set(rows) | set(wanted_rows)):
+        if rows.get(key) != wanted_rows.get(key):
+            name = "the chat template's sha256" if key == "chat_template_sha256" else f"data.{key}"
+            diffs.append(f"{name}={rows.get(key)!r}, the run's is {wanted_rows.get(key)!r}")
     if diffs:
         raise UserError(
             f"data.store: {directory} was prepared with "

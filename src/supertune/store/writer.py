@@ -37,6 +37,7 @@ from .manifest import (
     SourceFile,
     SplitEntry,
     TokenizerEntry,
+    stored_rows,
     tokenizer_fingerprint,
     write_manifest,
 )
@@ -73,7 +74,9 @@ class SplitWriter:
     def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int) -> None:
         self.directory, self.split, self.dtype, self.shard_tokens = directory, split, dtype, shard_tokens
         self.shards: list[ShardEntry] = []
+        self.masks: list[ShardEntry] = []
         self.current: _Open | None = None
+        self.current_mask: _Open | None = None
         self.tokens = 0
         self.documents = 0
         self.offsets = self._open(f"{split}.idx")
@@ -88,19 +91,27 @@ class SplitWriter:
         target.handle.write(data)
         target.digest.update(data)
 
-    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
-        """Documents given as their concatenated ids and their (positive) lengths."""
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Documents given as their concatenated ids and their (positive) lengths; `mask`: their loss
+        mask, one byte per token, written to <split>-NNNNN.mask shards beside the ids (the same tokens each)."""
         if not len(lengths):
             return
         self._write(self.offsets, (self.tokens + np.cumsum(lengths)).astype("<i8"))
         flat = flat.astype(self.dtype, copy=False)
+        if mask is not None:
+            mask = mask.astype(np.uint8, copy=False)
         self.tokens += len(flat)
         self.documents += len(lengths)
         while len(flat):
             if self.current is None:
                 self.current = self._open(f"{self.split}-{len(self.shards):05d}.bin")
+                if mask is not None:
+                    self.current_mask = self._open(f"{self.split}-{len(self.shards):05d}.mask")
             room = self.shard_tokens - self.current.tokens
             self._write(self.current, flat[:room])
+            if mask is not None and self.current_mask is not None:
+                self._write(self.current_mask, mask[:room])
+                mask = mask[room:]
             self.current.tokens += min(room, len(flat))
             flat = flat[room:]
             if self.current.tokens == self.shard_tokens:
@@ -113,13 +124,18 @@ class SplitWriter:
         width = self.dtype.itemsize
         self.shards.append(ShardEntry(c.name, c.tokens * width, c.digest.hexdigest(), tokens=c.tokens))
         self.current = None
+        m = self.current_mask
+        if m is not None:
+            finish_file(m.handle)
+            self.masks.append(ShardEntry(m.name, c.tokens, m.digest.hexdigest(), tokens=c.tokens))
+            self.current_mask = None
 
     def close(self) -> SplitEntry:
         if self.current is not None:
             self._close_shard()
         finish_file(self.offsets.handle)
         offsets = FileEntry(self.offsets.name, (self.documents + 1) * 8, self.offsets.digest.hexdigest())
-        return SplitEntry(self.documents, self.tokens, offsets, self.shards)
+        return SplitEntry(self.documents, self.tokens, offsets, self.shards, self.masks)
 
 
 def finish_file(handle: BinaryIO) -> None:
@@ -228,6 +244,7 @@ class StorePlan:
             unigram_perplexity=unigram_perplexity_from_counts(counts["train"], counts["validation"]),
             dataset={"name": _dataset_name(d.dataset_name), "config": d.dataset_config} if d.dataset_name else None,
             bundle=write_bundle(tmp, cfg, tokenizer) if self.bundle else None,
+            rows=stored_rows(d, tokenizer),
         )
         write_manifest(tmp, manifest)
         return manifest
@@ -260,6 +277,8 @@ def tokenize_rows(
     counts = np.zeros(vocab, dtype=np.int64)
     total = len(rows) if hasattr(rows, "__len__") else None
     progress = Progress(name, total)
+    if cfg.data.format != "text":
+        return _masked_rows(rows, cfg, tokenizer, sink, name, counts, progress)
     batches = (
         (_row_count(batch), render_texts(batch, cfg.data))
         for batch in _first_checked(iter_row_batches(rows), cfg, name)
@@ -268,6 +287,27 @@ def tokenize_rows(
         sink(flat, lengths)
         counts += np.bincount(flat, minlength=vocab)
         progress.update(row_count, len(flat))
+    progress.close()
+    return counts
+
+
+def _masked_rows(
+    rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[..., None], name: str, counts: np.ndarray, progress: Any
+) -> np.ndarray:
+    """Conversations or prompt/completion rows: ids and loss masks as training encodes them
+    (supertune.conversations.encoding), every row checked; the unigram counts are of the trained tokens,
+    the baseline of the loss a run from the store reports."""
+    from ..conversations.encoding import encode_rows
+
+    first = 0
+    for batch in iter_row_batches(rows):
+        ids, masks = encode_rows(batch, cfg.data, tokenizer, f"the {name} split", first)
+        first += len(ids)
+        if ids:
+            flat, mask = np.concatenate(ids), np.concatenate(masks)
+            sink(flat, np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), mask)
+            counts += np.bincount(flat[mask == 1], minlength=len(counts))
+            progress.update(len(ids), len(flat))
     progress.close()
     return counts
 

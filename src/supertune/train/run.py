@@ -10,7 +10,7 @@ from typing import Any
 from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..distributed.strategy import prepare_process, shards_parameters
-from ..evaluation.generate import generate_text
+from ..evaluation.generate import generate_reply, generate_text
 from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
@@ -161,10 +161,26 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
     if not (cfg.generate.prompt and cfg.generate.max_new_tokens):
         return None
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if shards_parameters(cfg, env):
-        text = generate_text(model, tokenizer, cfg.generate, synced_gpus=True)
-        return text if env.is_main else None
-    return generate_text(model, tokenizer, cfg.generate) if env.is_main else None
+    synced = shards_parameters(cfg, env)
+    if not (env.is_main or synced):
+        return None
+    if cfg.data.format == "chat":
+        text = _chat_sample(cfg, model, tokenizer, synced)
+    else:
+        text = generate_text(model, tokenizer, cfg.generate, synced_gpus=synced)
+    return text if env.is_main else None
+
+
+def _chat_sample(cfg: RunConfig, model: Any, tokenizer: Any, synced: bool) -> str:
+    """A chat run's sample: the answer to a question about a town of no split (the embedded
+    conversations), or to generate.prompt as a user turn; the conversation and the answer, one line each."""
+    from ..embedded import sample_conversation
+
+    d = cfg.data
+    embedded = not (d.train_files or d.dataset_name or d.store)
+    messages = sample_conversation() if embedded else [{"role": "user", "content": cfg.generate.prompt}]
+    answer = generate_reply(model, tokenizer, cfg.generate, messages, synced_gpus=synced)
+    return " | ".join(f"{m['role']}: {m['content']}" for m in messages) + f" | assistant: {answer}"
 
 
 def _summary(
@@ -184,6 +200,9 @@ def _summary(
     return {
         "eval_loss": eval_loss,
         "eval_tokens": eval_tokens,
+        # What eval_loss (and train_loss) are over: all tokens, or the answers' (data.loss_on).
+        "loss_on": cfg.data.loss_target,
+        "loss_tokens_available": data.loss_tokens_available,
         "perplexity": math.exp(min(eval_loss, 50.0)),
         "unigram_perplexity": data.unigram_perplexity,
         "train_loss": float(train_out.training_loss),

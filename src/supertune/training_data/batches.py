@@ -40,6 +40,8 @@ class TokenizedSplit:
     """All documents of a split as token arrays (EOS appended when configured)."""
 
     docs: list[np.ndarray]
+    masks: list[np.ndarray] | None = None
+    """Per document, 1 where a token is a loss target (data.loss_on); None: every token is."""
 
     @property
     def num_tokens(self) -> int:
@@ -48,6 +50,16 @@ class TokenizedSplit:
     def concatenated(self) -> np.ndarray:
         return np.concatenate(self.docs) if self.docs else np.zeros(0, dtype=np.int32)
 
+    def concatenated_mask(self) -> np.ndarray | None:
+        if self.masks is None:
+            return None
+        return np.concatenate(self.masks) if self.masks else np.zeros(0, dtype=np.uint8)
+
+    @property
+    def loss_tokens(self) -> int:
+        """Tokens the loss is computed on."""
+        return self.num_tokens if self.masks is None else int(sum(int(m.sum()) for m in self.masks))
+
     def offsets(self) -> np.ndarray:
         """Document i is concatenated()[offsets[i]:offsets[i + 1]] (int64, documents + 1 entries), as in a token store."""
         return np.concatenate([[0], np.cumsum([len(x) for x in self.docs], dtype=np.int64)]).astype(np.int64)
@@ -55,7 +67,11 @@ class TokenizedSplit:
 
 def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str = "training") -> TokenizedSplit:
     """Render and tokenize a map-style split in batches, on every core (documents/encode_threads.py); the
-    first batch is checked for garbage (documents/sample_checks.py) before the rest is read."""
+    first batch is checked for garbage (documents/sample_checks.py) before the rest is read.
+    Conversations and prompt/completion rows (data.format) are encoded with their loss masks, every
+    row checked (supertune.conversations.encoding)."""
+    if d.format != "text":
+        return _masked_split(dataset, d, tokenizer, split)
     docs: list[np.ndarray] = []
     batches = ((len(texts), texts) for texts in _rendered(iter_row_batches(dataset), d, split))
     for i, (texts, flat, lengths) in enumerate(encode_in_threads(batches, tokenizer, d.add_eos)):
@@ -64,6 +80,18 @@ def tokenize_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str = "tr
         if len(lengths):
             docs += np.split(flat, np.cumsum(lengths[:-1]))  # views of the batch's array; lengths are positive
     return TokenizedSplit(docs)
+
+
+def _masked_split(dataset: Any, d: DataConfig, tokenizer: Any, split: str) -> TokenizedSplit:
+    from ..conversations.encoding import encode_rows
+
+    docs: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    for rows in iter_row_batches(dataset):
+        ids, mask = encode_rows(rows, d, tokenizer, f"the {split} split", len(docs))
+        docs += ids
+        masks += mask
+    return TokenizedSplit(docs, masks)
 
 
 def _rendered(batches: Iterator[dict[str, list[Any]]], d: DataConfig, split: str) -> Iterator[list[str]]:
@@ -77,9 +105,11 @@ def _rendered(batches: Iterator[dict[str, list[Any]]], d: DataConfig, split: str
 class PackedBlocks(torch.utils.data.Dataset):
     """Fixed-length blocks cut from the concatenated token stream; the remainder is dropped."""
 
-    def __init__(self, tokens: np.ndarray, block_size: int) -> None:
+    def __init__(self, tokens: np.ndarray, block_size: int, loss_mask: np.ndarray | None = None) -> None:
         self.tokens = tokens
         self.block_size = block_size
+        self.loss_mask = loss_mask
+        """1 where a token is a loss target, aligned with `tokens` (None: every token is)."""
 
     def __len__(self) -> int:
         return len(self.tokens) // self.block_size
@@ -89,22 +119,30 @@ class PackedBlocks(torch.utils.data.Dataset):
             raise IndexError(i)
         start = i * self.block_size
         ids = torch.from_numpy(self.tokens[start : start + self.block_size].astype(np.int64))
-        return {"input_ids": ids, "labels": ids.clone()}
+        labels = ids.clone()
+        if self.loss_mask is not None:
+            labels[torch.from_numpy(self.loss_mask[start : start + self.block_size] == 0)] = IGNORE_INDEX
+        return {"input_ids": ids, "labels": labels}
 
 
 class PaddedDocuments(torch.utils.data.Dataset):
     """One sequence per document, truncated to max_length; PadCollator pads it."""
 
-    def __init__(self, docs: list[np.ndarray], max_length: int) -> None:
+    def __init__(self, docs: list[np.ndarray], max_length: int, masks: list[np.ndarray] | None = None) -> None:
         self.docs = docs
         self.max_length = max_length
+        self.masks = masks
 
     def __len__(self) -> int:
         return len(self.docs)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         ids = torch.from_numpy(self.docs[i][: self.max_length].astype(np.int64))
-        return {"input_ids": ids}
+        if self.masks is None:
+            return {"input_ids": ids}
+        labels = ids.clone()
+        labels[torch.from_numpy(self.masks[i][: self.max_length] == 0)] = IGNORE_INDEX
+        return {"input_ids": ids, "labels": labels}
 
 
 class ListDataset(torch.utils.data.Dataset):
@@ -121,7 +159,8 @@ class ListDataset(torch.utils.data.Dataset):
 
 
 class PadCollator:
-    """Pads every sequence of a batch to max_length (the tutorial recipe); pads are masked out of the loss."""
+    """Pads every sequence of a batch to max_length (the tutorial recipe); pads are masked out of the loss,
+    and so are the tokens a sequence's own labels mask (data.loss_on)."""
 
     def __init__(self, pad_token_id: int, max_length: int) -> None:
         self.pad_token_id = pad_token_id
@@ -136,6 +175,10 @@ class PadCollator:
             input_ids[row, : len(ids)] = ids
             attention[row, : len(ids)] = 1
         labels = input_ids.masked_fill(attention == 0, IGNORE_INDEX)
+        for row, f in enumerate(features):
+            if "labels" in f:
+                own = f["labels"][: self.max_length]
+                labels[row, : len(own)] = own
         return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
 
 
@@ -153,16 +196,27 @@ class _Stream(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _documents(self):
+    def _documents(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """(token ids, loss mask or None) of each streamed document."""
         rows = self.rows
         if self.shuffle:
             rows = rows.shuffle(seed=self.seed, buffer_size=self.d.shuffle_buffer)
             rows.set_epoch(self.epoch)
+        if self.d.format != "text":
+            from ..conversations.encoding import encode_rows
+
+            count = 0
+            for batch in iter_row_batches(rows, batch_docs=256):
+                ids, masks = encode_rows(batch, self.d, self.tokenizer, "the stream", count)
+                count += len(ids)
+                yield from zip(ids, masks)
+            return
         for i, texts in enumerate(_rendered(iter_row_batches(rows, batch_docs=256), self.d, "streamed")):
             docs = encode_texts(texts, self.tokenizer, self.d.add_eos)
             if i == 0:
                 check_encoded(len(texts), np.array([len(x) for x in docs], dtype=np.int64), self.d.add_eos, "streamed")
-            yield from docs
+            for doc in docs:
+                yield doc, None
 
 
 class PackedStream(_Stream):
@@ -171,14 +225,17 @@ class PackedStream(_Stream):
     def __iter__(self):
         size = self.d.block_size
         buffer = np.zeros(0, dtype=np.int32)
+        mask_buffer = np.zeros(0, dtype=np.uint8)
         produced = 0
-        for doc in self._documents():
+        for doc, mask in self._documents():
             buffer = np.concatenate([buffer, doc])
+            mask_buffer = np.concatenate([mask_buffer, np.ones(len(doc), dtype=np.uint8) if mask is None else mask])
             while len(buffer) >= size:
                 ids = torch.from_numpy(buffer[:size].astype(np.int64))
-                buffer = buffer[size:]
+                labels = ids.masked_fill(torch.from_numpy(mask_buffer[:size] == 0), IGNORE_INDEX)
+                buffer, mask_buffer = buffer[size:], mask_buffer[size:]
                 produced += 1
-                yield {"input_ids": ids, "labels": ids.clone()}
+                yield {"input_ids": ids, "labels": labels}
         if not produced:
             # Trainer would otherwise restart the empty stream forever.
             raise UserError(
@@ -217,9 +274,16 @@ class PaddedStream(_Stream):
 
     def __iter__(self):
         produced = 0
-        for doc in self._documents():
+        for doc, mask in self._documents():
             if len(doc):
                 produced += 1
-                yield {"input_ids": torch.from_numpy(doc[: self.d.max_length].astype(np.int64))}
+                ids = torch.from_numpy(doc[: self.d.max_length].astype(np.int64))
+                if mask is None:
+                    yield {"input_ids": ids}
+                else:
+                    yield {
+                        "input_ids": ids,
+                        "labels": ids.masked_fill(torch.from_numpy(mask[: self.d.max_length] == 0), IGNORE_INDEX),
+                    }
         if not produced:
             raise UserError("data: the stream holds no documents; check data.train_files and data.text_field")

@@ -174,10 +174,12 @@ def plan_documents(offsets: np.ndarray, block_size: int, window: int = WINDOW_DO
     )
 
 
-def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+def packed_row(
+    pieces: list[np.ndarray], block_size: int, pad_token_id: int, masks: list[np.ndarray] | None = None
+) -> dict[str, torch.Tensor]:
     """One training row from the token arrays of its pieces: ids padded to block_size, position ids
-    restarting at 0 for every piece (and for the padding), labels -100 at each piece's first token
-    and on the padding."""
+    restarting at 0 for every piece (and for the padding), labels -100 at each piece's first token,
+    on the padding, and where the pieces' loss masks (data.loss_on) hold 0."""
     lengths = [len(p) for p in pieces]
     used = sum(lengths)
     ids = np.full(block_size, pad_token_id, dtype=np.int64)
@@ -189,6 +191,8 @@ def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> 
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     positions = np.arange(block_size, dtype=np.int64) - np.repeat(firsts, sizes)
     labels = ids.copy()
+    if masks is not None and pieces:
+        labels[:used][np.concatenate(masks) == 0] = IGNORE_INDEX
     labels[firsts] = IGNORE_INDEX
     labels[used:] = IGNORE_INDEX
     return {
@@ -201,10 +205,14 @@ def packed_row(pieces: list[np.ndarray], block_size: int, pad_token_id: int) -> 
 class DocumentBins(torch.utils.data.Dataset):
     """Blocks of whole documents over a token stream (a numpy array or a store's memory-mapped shards)."""
 
-    def __init__(self, tokens: Any, offsets: np.ndarray, block_size: int, pad_token_id: int) -> None:
+    def __init__(
+        self, tokens: Any, offsets: np.ndarray, block_size: int, pad_token_id: int, loss_mask: np.ndarray | None = None
+    ) -> None:
         self.tokens = tokens
         self.plan = plan_documents(offsets, block_size)
         self.pad_token_id = pad_token_id
+        self.loss_mask = loss_mask
+        """1 where a token is a loss target, aligned with `tokens` (None: every token is)."""
 
     def __len__(self) -> int:
         return self.plan.blocks
@@ -213,12 +221,14 @@ class DocumentBins(torch.utils.data.Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         starts, lengths = self.plan.pieces(i)
-        pieces = [np.asarray(self.tokens[s : s + n]) for s, n in zip(starts.tolist(), lengths.tolist())]
-        return packed_row(pieces, self.plan.block_size, self.pad_token_id)
+        spans = list(zip(starts.tolist(), lengths.tolist()))
+        pieces = [np.asarray(self.tokens[s : s + n]) for s, n in spans]
+        masks = None if self.loss_mask is None else [self.loss_mask[s : s + n] for s, n in spans]
+        return packed_row(pieces, self.plan.block_size, self.pad_token_id, masks)
 
 
 def stream_rows(
-    documents: Iterator[np.ndarray],
+    documents: Iterator[tuple[np.ndarray, np.ndarray | None]],
     block_size: int,
     pad_token_id: int,
     seed: list[int],
@@ -229,29 +239,32 @@ def stream_rows(
     Within a window the blocks come out in an order shuffled by `seed` + the window's number
     (best-fit decreasing creates them longest documents first), so a run gives the same rows in the
     same order every time it reads the same stream; that is what lets a resumed run skip exactly
-    the batches it has trained on. `on_plan` is told each window's plan before its rows.
+    the batches it has trained on. `on_plan` is told each window's plan before its rows. Each document
+    comes with its loss mask (data.loss_on), or None when every token is trained.
     """
     window: list[np.ndarray] = []
+    window_masks: list[np.ndarray | None] = []
     number = 0
 
     def flush() -> Iterator[dict[str, torch.Tensor]]:
         tokens = np.concatenate(window)
+        mask = None if window_masks[0] is None else np.concatenate(window_masks)
         offsets = np.concatenate([[0], np.cumsum([len(d) for d in window])]).astype(np.int64)
         plan = plan_documents(offsets, block_size, window=len(window))
         if on_plan is not None:
             on_plan(plan)
         order = np.random.default_rng([*seed, number]).permutation(plan.blocks)
         for b in order.tolist():
-            starts, lengths = plan.pieces(b)
-            yield packed_row(
-                [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())], block_size, pad_token_id
-            )
+            spans = list(zip(*(x.tolist() for x in plan.pieces(b))))
+            masks = None if mask is None else [mask[s : s + n] for s, n in spans]
+            yield packed_row([tokens[s : s + n] for s, n in spans], block_size, pad_token_id, masks)
 
-    for doc in documents:
+    for doc, doc_mask in documents:
         if len(doc):
             window.append(doc)
+            window_masks.append(doc_mask)
         if len(window) == WINDOW_DOCS:
             yield from flush()
-            window, number = [], number + 1
+            window, window_masks, number = [], [], number + 1
     if window:
         yield from flush()

@@ -40,6 +40,8 @@ class TrainingData:
     """Tokens in the training split (None when streaming)."""
     unigram_perplexity: float | None
     """Perplexity of a unigram model of the training tokens on the validation tokens (None when streaming)."""
+    loss_tokens_available: int | None = None
+    """Tokens of the training split the loss is computed on (data.loss_on); None when every token is, or streaming."""
     padding_share: float | None = None
     """Pad slots / all slots of the training blocks with data.document_mask (of the validation blocks when
     streaming, whose training blocks are known only as they are read); None otherwise."""
@@ -61,35 +63,49 @@ def build_training_data(d: DataConfig, tokenizer: Any, seed: int, context_length
         raise UserError(
             "data: the validation split is empty; give data.validation_files or raise data.validation_split_percentage"
         )
+    _log_masked(train, d, "training", context_length)
+    loss_tokens = None if train.masks is None else train.loss_tokens
     baseline = _unigram(train, validation, token_id_limit(tokenizer))
     if d.packing and d.document_mask:
-        bins = _document_bins(train.concatenated(), train.offsets(), d, tokenizer, "training")
+        bins = _document_bins(
+            train.concatenated(), train.offsets(), d, tokenizer, "training", train.concatenated_mask()
+        )
         return TrainingData(
             train=bins,
-            validation=_document_bins(validation.concatenated(), validation.offsets(), d, tokenizer, "validation"),
+            validation=_document_bins(
+                validation.concatenated(),
+                validation.offsets(),
+                d,
+                tokenizer,
+                "validation",
+                validation.concatenated_mask(),
+            ),
             collator=None,
             max_length=None,
             train_tokens_available=train.num_tokens,
             unigram_perplexity=baseline,
             padding_share=bins.plan.padding_share,
+            loss_tokens_available=loss_tokens,
         )
     if d.packing:
         return TrainingData(
-            train=_blocks(train.concatenated(), d, "training"),
-            validation=_blocks(validation.concatenated(), d, "validation"),
+            train=_blocks(train.concatenated(), d, "training", train.concatenated_mask()),
+            validation=_blocks(validation.concatenated(), d, "validation", validation.concatenated_mask()),
             collator=None,
             max_length=None,
             train_tokens_available=train.num_tokens,
             unigram_perplexity=baseline,
+            loss_tokens_available=loss_tokens,
         )
     max_length = d.max_length or min(max(len(x) for x in train.docs), context_length)
     return TrainingData(
-        train=PaddedDocuments(train.docs, max_length),
-        validation=PaddedDocuments(validation.docs, max_length),
+        train=PaddedDocuments(train.docs, max_length, train.masks),
+        validation=PaddedDocuments(validation.docs, max_length, validation.masks),
         collator=PadCollator(tokenizer.pad_token_id, max_length),
         max_length=max_length,
         train_tokens_available=train.num_tokens,
         unigram_perplexity=baseline,
+        loss_tokens_available=loss_tokens,
     )
 
 
@@ -101,21 +117,23 @@ def build_eval_dataset(d: DataConfig, tokenizer: Any, context_length: int, seed:
         from ..store.reader import open_store_for_run
 
         store = open_store_for_run(d, tokenizer)
+        v = store.validation
         if d.packing and d.document_mask:
-            return _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "evaluation"), None
+            return _document_bins(v.tokens, v.offsets, d, tokenizer, "evaluation", v.loss_mask), None
         if d.packing:
-            return _blocks(store.validation.tokens, d, "evaluation"), None
-        max_length = d.max_length or min(store.validation.longest(), context_length)
-        return PaddedDocuments(store.validation, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+            return _blocks(v.tokens, d, "evaluation", v.loss_mask), None
+        max_length = d.max_length or min(v.longest(), context_length)
+        return PaddedDocuments(v, max_length, v.masks()), PadCollator(tokenizer.pad_token_id, max_length)
     split = tokenize_split(load_validation_rows(d, seed), d, tokenizer, "evaluation")
     if not split.docs:
         raise UserError(f"data: no text to evaluate in column {d.text_field!r}; check data.text_field and the files")
+    mask = split.concatenated_mask()
     if d.packing and d.document_mask:
-        return _document_bins(split.concatenated(), split.offsets(), d, tokenizer, "evaluation"), None
+        return _document_bins(split.concatenated(), split.offsets(), d, tokenizer, "evaluation", mask), None
     if d.packing:
-        return _blocks(split.concatenated(), d, "evaluation"), None
+        return _blocks(split.concatenated(), d, "evaluation", mask), None
     max_length = d.max_length or min(max(len(x) for x in split.docs), context_length)
-    return PaddedDocuments(split.docs, max_length), PadCollator(tokenizer.pad_token_id, max_length)
+    return PaddedDocuments(split.docs, max_length, split.masks), PadCollator(tokenizer.pad_token_id, max_length)
 
 
 def _check_context(d: DataConfig, context_length: int) -> None:
@@ -130,8 +148,8 @@ def _check_context(d: DataConfig, context_length: int) -> None:
         )
 
 
-def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
-    blocks = PackedBlocks(tokens, d.block_size)
+def _blocks(tokens: Any, d: DataConfig, name: str, loss_mask: Any = None) -> PackedBlocks:
+    blocks = PackedBlocks(tokens, d.block_size, loss_mask)
     if len(blocks) == 0:
         raise UserError(
             f"data.block_size: the {name} split has {len(tokens)} tokens, fewer than one block of {d.block_size}; "
@@ -140,9 +158,11 @@ def _blocks(tokens: Any, d: DataConfig, name: str) -> PackedBlocks:
     return blocks
 
 
-def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, name: str) -> DocumentBins:
+def _document_bins(
+    tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, name: str, loss_mask: Any = None
+) -> DocumentBins:
     """Blocks of whole documents (data.document_mask), with the padding they leave in the run's log."""
-    bins = DocumentBins(tokens, offsets, d.block_size, tokenizer.pad_token_id)
+    bins = DocumentBins(tokens, offsets, d.block_size, tokenizer.pad_token_id, loss_mask)
     plan = bins.plan
     log.info(
         "document mask: %s split, %d documents (%d longer than %d tokens, split into pieces) in %d blocks; padding %.1f %%",
@@ -156,6 +176,37 @@ def _document_bins(tokens: Any, offsets: Any, d: DataConfig, tokenizer: Any, nam
     return bins
 
 
+def _log_masked(split: TokenizedSplit, d: DataConfig, name: str, context_length: int) -> None:
+    """The loss tokens of conversations or prompt/completion rows, and what happens to the rows longer
+    than a sequence: they are kept and cut as any document is (never refused), and the log says how many."""
+    if split.masks is None:
+        return
+    rows = "conversations" if d.format == "chat" else "rows"
+    log.info(
+        "%s: %s split, %d %s, %d tokens, %d of them trained on (data.loss_on=%s)",
+        d.format,
+        name,
+        len(split.docs),
+        rows,
+        split.num_tokens,
+        split.loss_tokens,
+        d.loss_target,
+    )
+    limit = d.block_size if d.packing else d.max_length or min(max(len(x) for x in split.docs), context_length)
+    longer = sum(len(x) > limit for x in split.docs)
+    if not longer:
+        return
+    if d.packing and d.document_mask:
+        how = f"each is cut into pieces of {limit} tokens, and a piece does not see the one before it"
+    elif d.packing:
+        how = f"they run across block edges (of {limit} tokens) as every packed document does"
+    else:
+        how = f"each is truncated at data.max_length={limit}, and the turns past it are not trained"
+    log.warning(
+        "%s: %d of %d %s %s are longer than %d tokens: %s", d.format, longer, len(split.docs), name, rows, limit, how
+    )
+
+
 def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
     """Packed blocks, or padded documents, over the memory-mapped shards of a token store (checked before use).
 
@@ -167,19 +218,20 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
 
     store = open_store_for_run(d, tokenizer)
     padding = None
+    t, v = store.train, store.validation
     if d.packing and d.document_mask:
-        train = _document_bins(store.train.tokens, store.train.offsets, d, tokenizer, "training")
-        validation = _document_bins(store.validation.tokens, store.validation.offsets, d, tokenizer, "validation")
+        train = _document_bins(t.tokens, t.offsets, d, tokenizer, "training", t.loss_mask)
+        validation = _document_bins(v.tokens, v.offsets, d, tokenizer, "validation", v.loss_mask)
         collator, max_length, padding = None, None, train.plan.padding_share
     elif d.packing:
         train, validation = (
-            _blocks(store.train.tokens, d, "training"),
-            _blocks(store.validation.tokens, d, "validation"),
+            _blocks(t.tokens, d, "training", t.loss_mask),
+            _blocks(v.tokens, d, "validation", v.loss_mask),
         )
         collator, max_length = None, None
     else:
-        max_length = d.max_length or min(store.train.longest(), context_length)
-        train, validation = PaddedDocuments(store.train, max_length), PaddedDocuments(store.validation, max_length)
+        max_length = d.max_length or min(t.longest(), context_length)
+        train, validation = PaddedDocuments(t, max_length, t.masks()), PaddedDocuments(v, max_length, v.masks())
         collator = PadCollator(tokenizer.pad_token_id, max_length)
     return TrainingData(
         train=train,
@@ -195,7 +247,14 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
 def _unigram(train: TokenizedSplit, validation: TokenizedSplit, vocab_size: int) -> float:
     from ..embedded import unigram_perplexity
 
-    return unigram_perplexity(train.docs, validation.docs, vocab_size)
+    # Over the loss tokens alone when there is a mask: the baseline of the same tokens the eval loss is over.
+    return unigram_perplexity(_loss_tokens(train), _loss_tokens(validation), vocab_size)
+
+
+def _loss_tokens(split: TokenizedSplit) -> list[Any]:
+    if split.masks is None:
+        return split.docs
+    return [doc[mask == 1] for doc, mask in zip(split.docs, split.masks)]
 
 
 def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> TrainingData:
@@ -214,4 +273,4 @@ def _streamed(raw: RawSplits, d: DataConfig, tokenizer: Any, seed: int) -> Train
         log.info(
             "document mask: streaming; padding %.1f %% in the %d validation blocks", 100 * padding, len(validation)
         )
-    return TrainingData(train, validation, collator, d.max_length, None, None, padding)
+    return TrainingData(train, validation, collator, d.max_length, None, None, padding_share=padding)

@@ -1,0 +1,346 @@
+"""Chat and prompt/completion fine-tuning (data.format, data.loss_on): labels equal those written out by
+hand for four chat templates, the masked loss equals a reference cross-entropy over the answers in
+every batching mode, bad rows and templates are refused in one line before a run exists, and the
+embedded default trains a chat model that eval, generate and plain transformers all read."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from chat_templates import CONVERSATION, FAMILIES, MISTRAL_SYSTEM_LAST, family_tokenizer
+from supertune.cli.main import main
+from supertune.config.schema import DataConfig
+from supertune.conversations.encoding import encode_rows
+from supertune.conversations.template import attach_chat_template
+from supertune.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
+
+
+@pytest.fixture(scope="module")
+def base_tokenizer() -> Path:
+    from supertune.embedded import default_tokenizer
+
+    return default_tokenizer()
+
+
+def _tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def refused(capsys, *argv: str) -> str:
+    code = main(list(argv))
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("supertune: error: ")]
+    assert code == 2 and len(lines) == 1, err
+    return lines[0].removeprefix("supertune: error: ")
+
+
+def _runs(rows: list[dict], tmp_path: Path, *overrides: str) -> list[str]:
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [
+        f"data.train_files={tmp_path}/d.jsonl",
+        f"data.validation_files={tmp_path}/d.jsonl",
+        f"output.runs_root={tmp_path}/runs",
+        "model.config_overrides=num_hidden_layers=1",
+        *overrides,
+    ]
+
+
+# --- labels ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_labels_are_the_answers_the_template_marks(base_tokenizer, tmp_path, family):
+    """The rendered text is the one written by hand, and the trained tokens are exactly each answer
+    with its end-of-turn marker: the masked runs of tokens decode to the hand-written stretches, and
+    the tokens are those of encoding the whole hand-written text."""
+    _, _, _, _, text, answers = FAMILIES[family]
+    tok = _tokenizer(family_tokenizer(base_tokenizer, tmp_path / family, family))
+    d = DataConfig(format="chat")
+    attach_chat_template(d, tok, family, own_tokenizer=True)
+    assert tok.apply_chat_template(CONVERSATION, tokenize=False) == text
+    (ids,), (mask,) = encode_rows({"messages": [CONVERSATION]}, d, tok, "the test", 0)
+    assert ids.tolist() == tok(text, add_special_tokens=False)["input_ids"]
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+    runs = [tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in zip(edges[::2], edges[1::2])]
+    assert runs == answers
+    # data.loss_on=all trains every token of the same ids
+    (same,), (every,) = encode_rows({"messages": [CONVERSATION]}, DataConfig(format="chat", loss_on="all"), tok, "t", 0)
+    assert same.tolist() == ids.tolist() and every.all()
+
+
+def test_prompt_completion_trains_the_completion_and_eos(base_tokenizer):
+    tok = _tokenizer(base_tokenizer)
+    rows = {"prompt": ["Write a document: "], "completion": ["The mill is north."]}
+    (ids,), (mask,) = encode_rows(rows, DataConfig(format="prompt_completion"), tok, "t", 0)
+    prompt = tok("Write a document: ", add_special_tokens=False)["input_ids"]
+    assert ids.tolist()[: len(prompt)] == prompt and ids[-1] == tok.eos_token_id
+    assert mask.tolist() == [0] * len(prompt) + [1] * (len(ids) - len(prompt))
+    assert tok.decode(ids[mask == 1].tolist()) == "The mill is north.</s>"
+
+
+# --- the loss ----------------------------------------------------------------------------------------
+
+
+def _conversations(n: int) -> list[list[dict[str, str]]]:
+    from supertune.embedded.chat import generate_conversations
+
+    return generate_conversations(99, n)
+
+
+def _tiny_llama(vocab: int):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=2,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32).eval()
+
+
+def _reference(model, sequences: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Cross-entropy over the trained tokens, each sequence run alone: mean of -log p(token | the tokens
+    before it in its sequence) over the tokens whose mask is 1 (a sequence's first token has no context)."""
+    total, count = 0.0, 0
+    for ids, mask in sequences:
+        x = torch.from_numpy(ids.astype(np.int64))[None]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=x).logits[0].double(), -1)
+        for t in range(1, len(ids)):
+            if mask[t]:
+                total -= float(logp[t - 1, ids[t]])
+                count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("mode", ["padding", "packing", "document_mask"])
+def test_the_masked_loss_is_the_cross_entropy_of_the_answers(base_tokenizer, mode):
+    from transformers import default_data_collator
+
+    from supertune.training_data.batches import PackedBlocks, PadCollator, PaddedDocuments, TokenizedSplit
+    from supertune.training_data.document_bins import DocumentBins
+
+    tok = _tokenizer(base_tokenizer)
+    d = DataConfig(format="chat")
+    attach_chat_template(d, tok, "embedded", own_tokenizer=True)
+    ids, masks = encode_rows({"messages": _conversations(12)}, d, tok, "t", 0)
+    split = TokenizedSplit(ids, masks)
+    model = _tiny_llama(len(tok))
+    block = 160
+    if mode == "padding":
+        dataset, collate = PaddedDocuments(ids, block, masks), PadCollator(tok.pad_token_id, block)
+        reference = list(zip(ids, masks))  # each conversation alone, none longer than the block
+        assert max(len(x) for x in ids) <= block
+    elif mode == "packing":
+        dataset, collate = PackedBlocks(split.concatenated(), block, split.concatenated_mask()), default_data_collator
+        tokens, mask = split.concatenated(), split.concatenated_mask()
+        # a block is one sequence whose first token has no context
+        reference = [
+            (tokens[i * block : (i + 1) * block], mask[i * block : (i + 1) * block]) for i in range(len(dataset))
+        ]
+    else:
+        dataset = DocumentBins(
+            split.concatenated(), split.offsets(), block, tok.pad_token_id, split.concatenated_mask()
+        )
+        collate = default_data_collator
+        reference = list(zip(ids, masks))  # documents kept apart: each conversation as if alone
+    batch = collate([dataset[i] for i in range(len(dataset))])
+    with torch.no_grad():
+        loss = float(model(**batch).loss)
+    assert int((batch["labels"][:, 1:] != -100).sum()) == sum(int(m[1:].sum()) for _, m in reference)
+    assert loss == pytest.approx(_reference(model, reference), abs=1e-5)
+
+
+@pytest.mark.parametrize("packing, document_mask", [(False, False), (True, False), (True, True)])
+def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packing, document_mask):
+    """The streamed validation split (read once, unshuffled) holds the rows the map-style one holds."""
+    from supertune.training_data.pipeline import build_training_data
+
+    tok = _tokenizer(base_tokenizer)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(40)))
+    d = dict(format="chat", train_files=[str(path)], validation_files=[str(path)], block_size=96)
+    d.update(packing=packing, document_mask=document_mask, max_length=96)
+    attach_chat_template(DataConfig(format="chat"), tok, "embedded", own_tokenizer=True)
+
+    def rows(streaming: bool) -> list[tuple]:
+        data = build_training_data(DataConfig(**d, streaming=streaming), tok, 0, 256)
+        items = [data.validation[i] for i in range(len(data.validation))]
+        return sorted((tuple(x["input_ids"].tolist()), tuple(x["labels"].tolist())) for x in items)
+
+    streamed, stored = rows(True), rows(False)
+    assert streamed == stored and any(-100 in labels for _, labels in stored)
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["data.loss_on=assistant"], "data.loss_on: assistant needs data.format=chat, but data.format is text"),
+        (
+            ["data.format=chat", "data.loss_on=completion"],
+            "data.loss_on: completion needs data.format=prompt_completion",
+        ),
+        (
+            ["data.format=prompt_completion"],
+            "data.format: prompt_completion needs data with prompt and completion columns",
+        ),
+        (["data.chat_template=/nonexistent.jinja"], "data.chat_template: set with data.format=text"),
+    ],
+)
+def test_config_keys_are_checked_before_anything_runs(capsys, tmp_path, overrides, expected):
+    assert refused(capsys, "train", f"output.runs_root={tmp_path}/runs", *overrides).startswith(expected)
+    assert not (tmp_path / "runs").exists()
+
+
+GOOD = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+
+
+@pytest.mark.parametrize(
+    "bad, overrides, expected",
+    [
+        (
+            {"messages": [{"role": "user", "content": "Hi?"}]},
+            [],
+            "data.messages_field: row 2 of the training files (counting from 0): the conversation ends on a user turn",
+        ),
+        (
+            {"messages": [{"role": "human", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]},
+            [],
+            "data.messages_field: row 2 of the training files (counting from 0): unknown role 'human'",
+        ),
+        (
+            {"prompt": "Say hi", "completion": ""},
+            ["data.format=prompt_completion"],
+            "data.completion_field: row 2 of the training files (counting from 0): no completion text",
+        ),
+    ],
+)
+def test_a_bad_row_is_refused_by_its_number_before_a_run_exists(capsys, tmp_path, bad, overrides, expected):
+    rows = [GOOD, GOOD, bad, GOOD]
+    if overrides:
+        rows = [{"prompt": "Say hi", "completion": "Hi."}] * 2 + [bad, {"prompt": "a", "completion": "b"}]
+    message = refused(capsys, "train", *_runs(rows, tmp_path, "data.format=chat", *overrides))
+    assert message.startswith(expected), message
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "template, expected",
+    [
+        (
+            MISTRAL_SYSTEM_LAST,
+            "renders turn 2 (counting from 0) differently once later turns follow, so its assistant turns cannot be marked",
+        ),
+        (
+            "{% for m in messages %}{% if m['role'] != 'assistant' %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endif %}{% endfor %}",
+            "it renders 0 answers",
+        ),
+    ],
+)
+def test_a_template_that_cannot_mark_the_answers_is_refused(capsys, tmp_path, template, expected):
+    (tmp_path / "t.jinja").write_text(template)
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, *GOOD["messages"], *GOOD["messages"]]}] * 3
+    message = refused(
+        capsys, "train", *_runs(rows, tmp_path, "data.format=chat", f"data.chat_template={tmp_path}/t.jinja")
+    )
+    assert message.startswith("data.chat_template:") and expected in message, message
+    assert not (tmp_path / "runs").exists()
+
+
+def test_conversations_read_as_text_name_the_format(capsys, tmp_path):
+    message = refused(capsys, "train", *_runs([GOOD, GOOD], tmp_path))
+    assert message.endswith("the rows are conversations ('messages'): set data.format=chat"), message
+
+
+def test_a_tokenizer_without_template_needs_one(base_tokenizer, tmp_path):
+    tok = _tokenizer(base_tokenizer)
+    with pytest.raises(UserError, match=r"^data.chat_template: the tokenizer of 'x' has no chat template"):
+        attach_chat_template(DataConfig(format="chat"), tok, "x", own_tokenizer=False)
+
+
+# --- the embedded default, end to end ----------------------------------------------------------------
+
+
+def test_the_embedded_chat_default_trains_saves_its_template_and_answers(capsys, monkeypatch, tmp_path):
+    """`supertune train data.format=chat` (cut short), then eval and generate --chat on its model, and
+    plain transformers rendering the saved template as the run did."""
+    from transformers import AutoTokenizer
+
+    from supertune.embedded import EMBEDDED_CHAT_TEMPLATE
+
+    args = ["data.format=chat", "training.max_steps=2", f"output.runs_root={tmp_path}", "generate.max_new_tokens=8"]
+    assert main(["train", *args, "model.config_overrides=num_hidden_layers=1", "data.max_train_samples=200"]) == 0
+    out = capsys.readouterr().out
+    (run,) = tmp_path.iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["loss_on"] == "assistant" and "over the assistant tokens" in out
+    assert 0 < summary["loss_tokens_available"] < summary["train_tokens"] * 100
+    assert summary["sample"].startswith("system: ") and " | user: " in summary["sample"]
+    assert " | assistant: " in summary["sample"]
+    saved = AutoTokenizer.from_pretrained(str(run / "model"))
+    assert saved.chat_template == EMBEDDED_CHAT_TEMPLATE
+    assert main(["eval", str(run / "model")]) == 0
+    evaluated = capsys.readouterr().out
+    assert f"eval loss {summary['eval_loss']:.6f}" in evaluated and "over the assistant turns' tokens" in evaluated
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Where is the mill?\n\nAnd the bridge?\n"))
+    model = str(run / "model")
+    assert main(["generate", model, "--chat", "--system", "Be brief.", "--max-new-tokens", "4"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2  # one answer per question; the blank line is no turn
+
+
+def test_a_token_store_keeps_the_masks(capsys, tmp_path):
+    """`supertune prepare` stores the loss mask beside the ids (checked by --verify); a run from the store
+    gets the labels a run from the files gets, and a store of other rows or another loss is refused."""
+    from supertune.modeling.tokenizer import load_tokenizer
+    from supertune.resolve import resolve
+    from supertune.training_data.pipeline import build_training_data
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(30)))
+    data = ["data.format=chat", f"data.train_files={path}", f"data.validation_files={path}", "data.block_size=64"]
+    assert main(["prepare", *data, "--out", str(tmp_path / "store")]) == 0
+    assert sorted(f.name for f in (tmp_path / "store").glob("*.mask")) == ["train-00000.mask", "validation-00000.mask"]
+    assert main(["prepare", "--verify", str(tmp_path / "store")]) == 0
+    mask = tmp_path / "store" / "validation-00000.mask"
+    mask.write_bytes(bytes([1 - mask.read_bytes()[0]]) + mask.read_bytes()[1:])  # one flipped bit of the mask
+    capsys.readouterr()
+    assert "validation-00000.mask has sha256" in refused(capsys, "prepare", "--verify", str(tmp_path / "store"))
+    mask.write_bytes(bytes([1 - mask.read_bytes()[0]]) + mask.read_bytes()[1:])
+
+    def labels(*extra: str) -> list[list[int]]:
+        cfg = resolve(None, [*data, *extra]).config
+        built = build_training_data(cfg.data, load_tokenizer(cfg), 0, 256)
+        return [built.validation[i]["labels"].tolist() for i in range(len(built.validation))]
+
+    assert labels(f"data.store={tmp_path}/store") == labels()
+    with pytest.raises(UserError, match=r"data.loss_on='assistant', the run's is 'all'"):
+        labels(f"data.store={tmp_path}/store", "data.loss_on=all")
+
+
+def test_prepare_submit_refuses_rows_whose_mask_it_cannot_store(capsys, tmp_path):
+    message = refused(capsys, "prepare", "data.format=chat", "--out", str(tmp_path / "store"), "--submit")
+    assert message.startswith("--submit: an array job stores plain documents only for now")
+    assert not (tmp_path / "store").exists()
