@@ -20,7 +20,8 @@ import pytest
 from supertune.config import RunConfig
 from supertune.launch.environment import LaunchEnvironment
 from supertune.rundir import RunDir
-from supertune.tracking import Tracking, read_ids
+from supertune.tracking import offline_wandb_runs, read_ids
+from supertune.tracking.session import Tracking
 
 pytestmark = pytest.mark.slow
 
@@ -148,8 +149,6 @@ def _wandb_records(folder: Path) -> list[dict]:
 
 
 def test_wandb_offline_runs_are_one_run_read_back_by_wandb(resumed_run):
-    from supertune.tracking import offline_wandb_runs
-
     run_dir, first, summary = resumed_run
     ids = read_ids(RunDir(run_dir).tracking)
     assert first.wandb_run_id and ids.wandb_run_id == first.wandb_run_id
@@ -179,7 +178,6 @@ def test_wandb_offline_runs_are_one_run_read_back_by_wandb(resumed_run):
 
 def test_sync_uploads_every_offline_folder_and_refuses_a_run_without_one(resumed_run, tmp_path, capfd):
     from supertune.cli.main import main
-    from supertune.tracking import offline_wandb_runs
 
     run_dir, _, _ = resumed_run
     assert main(["sync", str(run_dir), "--dry-run"]) == 0  # real `wandb sync --dry-run`: uploads nothing

@@ -8,17 +8,15 @@
 - `params`: what a run logs as its parameters (the resolved config flattened, the launch).
 - `sync`: the offline W&B runs of run directories, uploaded later by `wandb sync`.
 
-Importing this package imports neither wandb nor mlflow; a sink imports its library when it starts.
+Importing this package imports neither wandb, mlflow nor transformers (`supertune sync` stays
+light); `session` imports transformers, and a sink imports its library when it starts.
 """
 
 from .ids import TrackingIds, read_ids, write_ids
 from .params import flat_config, launch_params
-from .session import SINKS, Tracking
 from .sync import offline_wandb_runs, sync_command
 
 __all__ = [
-    "SINKS",
-    "Tracking",
     "TrackingIds",
     "flat_config",
     "launch_params",
