@@ -6,7 +6,9 @@ resumed, serves most assertions: one supertune run must stay one tracked run."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -212,9 +214,10 @@ def test_an_unreachable_mlflow_server_warns_once_and_the_run_goes_on(tmp_path):
     assert (run_dir / "summary.json").is_file()
 
 
-def test_the_default_mlflow_store_is_in_the_run_directory(tmp_path, monkeypatch):
+def test_the_default_mlflow_store_is_in_the_run_directory(tmp_path, monkeypatch, caplog):
     """No URI in the config or the environment: a SQLite store in <run dir>/mlflow, artifacts beside it;
-    a second start continues the same run. Other ranks track nothing."""
+    a second start continues the same run. Other ranks track nothing. A store lost during a run
+    (its folder removed) turns the sink off with one warning."""
     from mlflow import MlflowClient
 
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "WANDB_"))]:
@@ -240,3 +243,12 @@ def test_the_default_mlflow_store_is_in_the_run_directory(tmp_path, monkeypatch)
     assert tracked.info.status == "FINISHED"
     assert set(tracked.data.metrics) == {"loss", "summary/eval_loss"}
     assert tracked.info.artifact_uri.startswith((run.mlflow / "artifacts").as_uri())
+    tracking = Tracking.for_run(cfg, run, LaunchEnvironment(), "1 x CPU")
+    shutil.rmtree(run.mlflow)
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        tracking.log(6, {"loss": 0.1})
+        tracking.log(7, {"loss": 0.1})
+        tracking.close("finished", 7, {"eval_loss": 0.4})
+    warnings = [r.getMessage() for r in caplog.records if r.name == "supertune"]
+    assert len(warnings) == 1 and warnings[0].startswith("training.report_to: mlflow stopped logging")
+    assert tracking.sinks == []

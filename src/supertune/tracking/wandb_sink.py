@@ -37,6 +37,8 @@ class WandbSink:
 
     def describe(self) -> str:
         mode = os.environ.get("WANDB_MODE", DEFAULT_MODE)
+        if mode == "disabled":
+            return "W&B is off (WANDB_MODE=disabled)"
         where = "`supertune sync RUN` uploads it" if mode == "offline" else "mode " + mode
         return f"W&B run {self.wandb_run.id} in {Path(self.wandb_run.dir).parent} ({where})"
 
@@ -44,7 +46,8 @@ class WandbSink:
     def start(
         cls, cfg: RunConfig, run: RunDir, ids: TrackingIds, params: dict[str, Any], tags: dict[str, str]
     ) -> WandbSink:
-        """`tags` (the run directory, the SLURM job) are MLflow's; W&B has them in its run's metadata."""
+        """`tags` (the run directory, the SLURM job) go to MLflow; W&B records the program, its arguments
+        and its directory in the run's metadata itself."""
         os.environ.setdefault("WANDB_MODE", DEFAULT_MODE)
         import wandb
 
