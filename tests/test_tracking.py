@@ -252,3 +252,16 @@ def test_the_default_mlflow_store_is_in_the_run_directory(tmp_path, monkeypatch,
     warnings = [r.getMessage() for r in caplog.records if r.name == "supertune"]
     assert len(warnings) == 1 and warnings[0].startswith("training.report_to: mlflow stopped logging")
     assert tracking.sinks == []
+
+
+def test_a_backend_that_is_not_installed_is_named_with_its_pin(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` meets where it is not installed
+    cfg = RunConfig()
+    cfg.training.report_to = ["tensorboard", "wandb"]
+    run = RunDir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        tracking = Tracking.for_run(cfg, run, LaunchEnvironment(), "1 x CPU")
+    assert tracking.sinks == []
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "supertune"]
+    assert warning.startswith("training.report_to: wandb is not installed here") and "install wandb==" in warning
+    assert read_ids(run.tracking).wandb_run_id is None

@@ -25,7 +25,6 @@ log = logging.getLogger("supertune")
 
 SINKS = ("wandb", "mlflow")
 """The tracking backends of training.report_to (besides tensorboard)."""
-PINNED = {"wandb": "wandb==0.31.0", "mlflow": "mlflow==3.17.2"}
 
 
 def _sink_class(name: str) -> Any:
@@ -36,6 +35,13 @@ def _sink_class(name: str) -> Any:
     from .mlflow_sink import MlflowSink
 
     return MlflowSink
+
+
+def _pinned(name: str) -> str:
+    """The requirement the project is tested with, from pinned-requirements.txt."""
+    from ..container.pins import read_pins
+
+    return next((p.requirement for p in read_pins() if p.key == name), name)
 
 
 class Tracking:
@@ -67,11 +73,14 @@ class Tracking:
                 log.warning(
                     "training.report_to: %s is not installed here (%s): install %s (pinned-requirements.txt); "
                     "the run goes on and metrics.jsonl has every metric",
-                    name, first_line(exc), PINNED[name],
+                    name, first_line(exc), _pinned(name),
                 )  # fmt: skip
             except Exception as exc:  # whatever the library raises: the backend must not end the training
                 _warn_off(name, "could not start", exc)
-        write_ids(run.tracking, ids)
+        try:
+            write_ids(run.tracking, ids)
+        except OSError as exc:
+            log.warning("%s cannot be written (%s): a resumed run will start new tracked runs", run.tracking, exc)
         for sink in sinks:
             log.info("tracking: %s", sink.describe())
         return cls(sinks)
