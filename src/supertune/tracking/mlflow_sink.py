@@ -140,4 +140,13 @@ def _experiment(client: Any, name: str, run: RunDir, local: bool) -> str:
         return found.experiment_id
     # In the run directory's own store the artifacts go beside it; a server decides for itself.
     artifacts = (run.mlflow / "artifacts").as_uri() if local else None
-    return client.create_experiment(name, artifact_location=artifacts)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.create_experiment(name, artifact_location=artifacts)
+    except MlflowException:
+        # The runs of a sweep start together: another one may have created it since.
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
