@@ -63,7 +63,14 @@ CASES = [
     (["data.template=no placeholder here"], "data.template: has no placeholder"),
     (["data.template={unclosed"], "data.template:"),
     (["training.bf16=true", "training.fp16=true"], "choose one mixed precision"),
-    (["training.report_to=[wandb]"], "training.report_to: 'wandb' is not supported"),
+    (
+        ["training.report_to=[comet]"],
+        "training.report_to: 'comet' is not supported; use any of tensorboard, wandb, mlflow",
+    ),
+    (
+        ["training.mlflow_tracking_uri=http://localhost:5000"],
+        "training.mlflow_tracking_uri: set, but training.report_to has no mlflow",
+    ),
     (["model.config_overrides=num_hidden_layers"], "model.config_overrides: 'num_hidden_layers' is not key=value"),
     (
         ["model.name_or_path={dir}/model", "model.config_overrides=num_hidden_layers=2"],

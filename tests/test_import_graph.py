@@ -86,7 +86,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("federation", "sweeps"),
     ("runs",),
     ("train",),
-    ("evaluation", "telemetry"),
+    ("evaluation", "telemetry", "tracking"),
     ("resolve",),
     ("slurm", "training_data", "container"),
     ("doctor", "store", "averaging"),

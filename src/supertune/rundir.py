@@ -83,6 +83,21 @@ class RunDir:
         return self.path / "tensorboard"
 
     @property
+    def tracking(self) -> Path:
+        """The ids of the run's W&B and MLflow runs, so that a resumed run logs into the same ones."""
+        return self.path / "tracking.json"
+
+    @property
+    def wandb(self) -> Path:
+        """W&B's folder: one offline-run-* folder per start of the training (training.report_to: [wandb])."""
+        return self.path / "wandb"
+
+    @property
+    def mlflow(self) -> Path:
+        """The run's own MLflow store (mlflow.db and artifacts/) when no tracking URI is set."""
+        return self.path / "mlflow"
+
+    @property
     def resolution(self) -> Path:
         """How config.yaml was resolved: the layers, the cluster profile's files and their sha256."""
         return self.path / "resolution.json"

@@ -33,6 +33,7 @@ COMMANDS = {
         "report_cmd",
         "table and plots of a sweep or of runs: throughput, speedup, scaling efficiency, MFU, loss",
     ),
+    "sync": ("sync_cmd", "upload the offline Weights & Biases runs of run directories (wandb sync)"),
 }
 
 EXAMPLES = """examples:

@@ -216,7 +216,9 @@ class TrainingConfig:
     dataloader_num_workers: int = 0
     """Worker processes per data loader."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    """Metric sinks besides metrics.jsonl: "tensorboard", or [] for none."""
+    """Metric sinks besides metrics.jsonl: any of "tensorboard", "wandb" (offline into <run dir>/wandb unless WANDB_MODE is set; `supertune sync` uploads), "mlflow"; [] for none."""
+    mlflow_tracking_uri: str | None = None
+    """MLflow tracking URI with report_to mlflow (http://host:5000, sqlite:///path/mlflow.db); empty: MLFLOW_TRACKING_URI, else a SQLite store in <run dir>/mlflow."""
     ddp_timeout: int = 1800
     """Seconds a collective may wait before the process group gives up."""
     init_optimizer_from: str | None = None

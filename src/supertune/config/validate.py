@@ -21,6 +21,10 @@ from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 __all__ = ["validate", "validate_generate", "config_problems"]
 
 
+REPORT_SINKS = ("tensorboard", "wandb", "mlflow", "none")
+"""training.report_to's names; "none" is the Trainer's spelling of []."""
+
+
 def validate(cfg: RunConfig) -> None:
     """Raise one ConfigError listing every problem of `cfg`; return None when it is sound."""
     problems = config_problems(cfg)
@@ -317,10 +321,14 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
                 f"training.init_optimizer_from: needs distributed.strategy=ddp ({cfg.distributed.strategy} keeps its optimizer state in its own format)"
             )
     for sink in t.report_to:
-        if sink not in ("tensorboard", "none"):
+        if sink not in REPORT_SINKS:
             p.append(
-                f"training.report_to: {sink!r} is not supported; use [tensorboard] or [] (metrics.jsonl is always written)"
+                f"training.report_to: {sink!r} is not supported; use any of {', '.join(REPORT_SINKS[:-1])}, or [] (metrics.jsonl is always written)"
             )
+    if t.mlflow_tracking_uri and "mlflow" not in t.report_to:
+        p.append(
+            "training.mlflow_tracking_uri: set, but training.report_to has no mlflow; add mlflow to training.report_to or leave the URI empty"
+        )
 
 
 def _check_launch(cfg: RunConfig, p: list[str]) -> None:

@@ -33,6 +33,7 @@ CHANGEABLE_ON_RESUME = (
     "training.save_total_limit",
     "training.logging_steps",
     "training.report_to",
+    "training.mlflow_tracking_uri",
     "training.ddp_timeout",
     "training.dataloader_num_workers",
 )

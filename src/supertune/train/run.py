@@ -43,6 +43,30 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     model = build_model(cfg.model, tokenizer, document_mask=cfg.data.packing and cfg.data.document_mask)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
+    try:
+        summary = _train_and_finish(cfg, run, model, trainer, guard, tokenizer, data, env, started)
+    except BaseException:
+        trainer.tracking.close("failed")
+        raise
+    if summary.get("stopped"):
+        trainer.tracking.close("stopped", summary["step"])
+    else:
+        trainer.tracking.close("finished", summary["train_steps"], summary)
+    return summary
+
+
+def _train_and_finish(
+    cfg: RunConfig,
+    run: RunDir,
+    model: Any,
+    trainer: Any,
+    guard: Any,
+    tokenizer: Any,
+    data: Any,
+    env: LaunchEnvironment,
+    started: float,
+) -> dict[str, Any]:
+    """Train, evaluate, save and sample: the summary, or the stop record of a run stopped on request."""
     _log_plan(cfg, model, data, env.world_size, trainer.telemetry)
     train_out, resumed = _train_or_resume(cfg, trainer, env)
     if trainer.supertune.guard.stopped is not None:

@@ -13,6 +13,7 @@ from ..distributed.strategy import after_training_arguments, shard_for_strategy,
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir
 from ..telemetry.callback import Telemetry
+from ..tracking.session import Tracking
 from ..training_data.pipeline import TrainingData
 from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
@@ -45,17 +46,20 @@ def build_trainer(
 ) -> tuple[Any, StrategyGuard]:
     """The Trainer (its RunGuard, which stops the run on request or on a NaN, is trainer.supertune.guard),
     and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks.
-    trainer.telemetry measures throughput and MFU (supertune.telemetry)."""
+    trainer.telemetry measures throughput and MFU (supertune.telemetry); trainer.tracking logs to
+    W&B and MLflow (supertune.tracking), and run_training closes it."""
     from transformers import default_data_collator
 
     layout = CheckpointDir(run.checkpoints)
     guard = StrategyGuard(cfg, env.world_size)
     run_guard = RunGuard(run, env.rank, lambda: latest.name if (latest := layout.latest()) else None)
     telemetry = Telemetry.for_run(cfg, model, data, env)
+    tracking = Tracking.for_run(cfg, run, env, telemetry.devices)  # W&B, MLflow: main process only
     # telemetry.fields first: it adds throughput and MFU to the log records the others write.
     callbacks: list[Any] = [
         telemetry.fields,
         MetricsFile(run.metrics, tokens_per_step(cfg, env.world_size)),
+        tracking.callback,
         guard,
         run_guard,
     ]
@@ -92,5 +96,6 @@ def build_trainer(
         init_optimizer_from=Path(cfg.training.init_optimizer_from) if cfg.training.init_optimizer_from else None,
     )
     trainer.telemetry = telemetry
+    trainer.tracking = tracking
     guard.trainer = trainer
     return trainer, guard
