@@ -20,9 +20,9 @@ _REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}
 # Secrets never belong in a profile: profiles are shared files and end up in job scripts and logs.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)$", re.IGNORECASE)
 _HF_TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
-_MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+$")
-_MODULE_PATH = re.compile(r"^/[A-Za-z0-9_./+:@-]*$")  # no spaces, quotes or $: the job script writes it as it is
-_COTAINR_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+\Z")
+_MODULE_PATH = re.compile(r"^/[A-Za-z0-9_./+:@-]*\Z")  # no spaces, quotes or $: the job script writes it as it is
+_COTAINR_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _BIND_OPTIONS = {"ro", "rw"}
 # Image reference schemes an Apptainer definition can start from, and the Bootstrap agent of each.
 BOOTSTRAP_AGENTS = {"docker://": "docker", "oras://": "oras", "library://": "library"}

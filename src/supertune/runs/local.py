@@ -82,6 +82,7 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
+    check_hub_references(cfg)  # before the row checks below, which load the tokenizer
     if cfg.data.format != "text" and not (cfg.data.dataset_name or cfg.data.store):
         # A bad conversation, or a chat template that cannot mark the answers, is refused with its row
         # in the files (seconds: the tokenizer loads, the first rows are rendered).
@@ -89,6 +90,21 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
         from ..training_data.row_checks import check_rows_before_start
 
         check_rows_before_start(cfg.data, load_tokenizer(cfg))
+
+
+def check_hub_references(cfg: RunConfig) -> None:
+    """A hub model, tokenizer or dataset that this machine can neither find in its cache nor fetch
+    is refused (UserError) before a run directory exists, rather than by the training after it. Costs
+    a cache lookup, and a TCP probe of the hub of at most a few seconds when a reference is not cached."""
+    from ..documents.sources import check_hub_dataset
+    from ..hub import resolve_reference
+
+    m = cfg.model
+    if m.name_or_path and not (m.bundle and m.from_config):  # else the bundle's config stands in for it
+        resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
+    if m.tokenizer not in (None, "train") and m.bundle is None:
+        resolve_reference(m.tokenizer, "model.tokenizer", "tokenizer_config.json", m.revision)
+    check_hub_dataset(cfg.data)
 
 
 def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutcome:

@@ -17,7 +17,7 @@ __all__ = ["Expand", "quote", "join", "env_value", "sbatch_value", "slurm_filena
 
 _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Characters sbatch's #SBATCH reader leaves alone outside quotes.
-_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+$")
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+\Z")
 
 
 def quote(value: object) -> str:
