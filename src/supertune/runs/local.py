@@ -69,12 +69,19 @@ def forward_stop_signals() -> list[RunDir]:
 
 
 def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
-    """Before a run directory exists: GPUs this PyTorch cannot use (`gpus`; it imports torch, which
-    the training processes check again), the weights the run starts from against their
-    manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind;
-    and the rows of conversational data (training_data.row_checks)."""
+    """Before a run directory exists: the launch environment and the cache path readable, GPUs this
+    PyTorch cannot use (`gpus`; it imports torch, which the training processes check again), the
+    weights the run starts from against their manifest (sha256 up to 4 GiB, sizes above): a damaged
+    model is refused without leaving a run behind; and the rows of conversational data
+    (training_data.row_checks)."""
     from ..checkpoints.model_files import check_saved_model
+    from ..launch.environment import launch_environment, slurm_allocation
+    from ..paths import cache_dir
 
+    # A garbage launcher variable or cache path is a one-line UserError here, before any import of torch.
+    launch_environment()
+    slurm_allocation()
+    cache_dir()
     if gpus:
         from ..doctor.startup import refuse_unusable_gpus
 
