@@ -106,6 +106,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exit_codes",
         "paths",
     ),
+    ("state_records",),
     ("errors", "supertune"),
 )
 

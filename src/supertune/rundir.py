@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError, first_line
+from .state_records import Field, record_damage
 
 __all__ = ["RunDir", "create_run_dir", "holds_run", "run_of_model", "write_json_atomic"]
 
@@ -21,6 +22,19 @@ STOPPED_FILE = "stopped.json"
 """Written by the main process when a run stopped on request after saving its checkpoint."""
 LOG_DIR = "logs"
 """Job logs (stdout and stderr of every SLURM job of the run)."""
+
+
+SUMMARY_FIELDS = {
+    **{name: Field("int", required=False) for name in ("train_steps", "train_tokens", "world_size", "nodes", "eval_tokens")},
+    **{
+        name: Field("number", required=False, null=True)
+        for name in (
+            "eval_loss", "perplexity", "unigram_perplexity", "train_loss", "train_runtime_s", "tokens_per_second",
+            "resumed_from_step", "wall_time_s", "padding_share", "throughput_tokens_per_s", "mfu",
+        )
+    },
+}  # fmt: skip
+"""The numbers of summary.json that readers compute with (train/run.py writes them); a string there is damage."""
 
 
 class RunDir:
@@ -59,6 +73,11 @@ class RunDir:
         if not isinstance(data, dict):
             raise UserError(
                 f"{label}: {self.summary} is {reason}; supertune writes it when a run finishes: restore it, or train the run again"
+            )
+        damage = record_damage(data, SUMMARY_FIELDS)
+        if damage:
+            raise UserError(
+                f"{label}: {self.summary} is damaged ({damage}); supertune writes it when a run finishes: restore it, or train the run again"
             )
         return data
 

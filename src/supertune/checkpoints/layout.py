@@ -3,7 +3,8 @@
     checkpoints/checkpoint-<step>/   published checkpoints, each with its manifest
     checkpoints/latest               the name of the newest published one (written last)
     checkpoints/.staging/            where a save writes before it is published
-    checkpoints/.rejected-*/         checkpoints that failed their check, kept for inspection
+    checkpoints/.rejected-*/         checkpoints that failed their check, kept for inspection (never
+                                     deleted by supertune: a person removes them)
 
 A save writes into .staging, flushes every file, writes the manifest, renames the directory into
 place and then moves `latest`. A kill at any moment leaves either the previous state or the new
@@ -107,11 +108,10 @@ class CheckpointDir:
         fsync_dir(self.root)
 
     def rotate(self, keep: int | None) -> list[Path]:
-        """Delete all but the newest `keep` checkpoints (never the one `latest` names) and any rejected ones."""
-        removed = []
-        for p in self.root.glob(f"{REJECTED}*"):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
+        """Delete all but the newest `keep` checkpoints (never the one `latest` names). Rejected ones are
+        never deleted: a checkpoint whose only damage is its manifest still holds good weights, and
+        only a person can tell (the warning that moved it aside names it)."""
+        removed: list[Path] = []
         if not keep:
             return removed
         latest = self.latest()
@@ -141,8 +141,7 @@ class CheckpointDir:
                         "%s is newer than %s but failed its check; resuming from %s", latest.name, path.name, path.name
                     )
                 return path, manifest
-            rejected = self.root / f"{REJECTED}{path.name}"
-            shutil.rmtree(rejected, ignore_errors=True)
+            rejected = self._aside(path)
             os.rename(path, rejected)
             log.warning(
                 "checkpoint %s is not usable (%s); moved to %s, trying the previous one",
@@ -151,6 +150,14 @@ class CheckpointDir:
                 rejected.name,
             )
         return None
+
+    def _aside(self, path: Path) -> Path:
+        """A new .rejected-<name> (-2, -3, ... when one of that name is kept from before)."""
+        rejected, n = self.root / f"{REJECTED}{path.name}", 1
+        while os.path.lexists(rejected):
+            n += 1
+            rejected = self.root / f"{REJECTED}{path.name}-{n}"
+        return rejected
 
 
 def _step_of(path: Path) -> int:

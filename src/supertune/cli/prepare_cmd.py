@@ -127,7 +127,12 @@ def _masked(args: argparse.Namespace) -> bool:
     return _load(args, [])[1].data.format != "text"
 
 
+MAX_ARRAY_TASKS = 4_000_001
+"""The largest MaxArraySize Slurm accepts (slurm.conf(5)): no array can have more tasks."""
+
+
 def _submit(args: argparse.Namespace) -> int:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from ..clusters import load_profile
@@ -148,6 +153,11 @@ def _submit(args: argparse.Namespace) -> int:
         )
     if args.shards is None or args.shards <= 0:
         raise UserError(f"--shards: --submit needs a positive number of array tasks, got {args.shards}")
+    if args.shards > MAX_ARRAY_TASKS:
+        raise UserError(
+            f"--shards: {args.shards} array tasks are more than Slurm can run as one array "
+            f"(MaxArraySize is at most {MAX_ARRAY_TASKS}); use fewer, larger parts, e.g. --shards 64"
+        )
     if args.cpus is not None and args.cpus <= 0:
         raise UserError(f"--cpus: must be positive, got {args.cpus}")
     flags = [f"launch.cluster={args.cluster}"] + ([f"slurm.time={args.time}"] if args.time else [])
@@ -156,7 +166,7 @@ def _submit(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser().absolute()
     work = work_dir(out)
     job = prepare_job(cfg, profile, out, work, args.shards, args.cpus)
-    todo = list(range(args.shards))
+    todo: Sequence[int] = range(args.shards)  # not a list: the dry run renders it without one
     array_script, merge_script = render_prepare(
         job, profile, todo
     )  # a value the scripts cannot hold fails before anything is written
@@ -168,7 +178,8 @@ def _submit(args: argparse.Namespace) -> int:
         cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force
     )
     done = finished_parts(work, args.shards)
-    todo = [i for i in todo if i not in done]
+    finished = set(done)
+    todo = [i for i in todo if i not in finished]
     array_id, merge_id = submit_prepare(job, render_prepare(job, profile, todo), profile.name)
     if done:
         print(

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 SUFFIXES = (".yaml", ".yml")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
 class ProfileError(ConfigError):

@@ -20,10 +20,11 @@ _REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}
 # Secrets never belong in a profile: profiles are shared files and end up in job scripts and logs.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)$", re.IGNORECASE)
 _HF_TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
-_MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+$")
-_MODULE_PATH = re.compile(r"^/[A-Za-z0-9_./+:@-]*$")  # no spaces, quotes or $: the job script writes it as it is
-_COTAINR_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_MODULE = re.compile(r"^[A-Za-z0-9_./+:@-]+\Z")
+_MODULE_PATH = re.compile(r"^/[A-Za-z0-9_./+:@-]*\Z")  # no spaces, quotes or $: the job script writes it as it is
+_COTAINR_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _BIND_OPTIONS = {"ro", "rw"}
+_ENV_VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Image reference schemes an Apptainer definition can start from, and the Bootstrap agent of each.
 BOOTSTRAP_AGENTS = {"docker://": "docker", "oras://": "oras", "library://": "library"}
 
@@ -141,6 +142,16 @@ def _check_container(p: ClusterProfile, bad: Report) -> None:
         )
     if c.image and ("`" in c.image or "$(" in c.image):
         bad("container.image", f"{c.image!r} runs a command; write a path (with $NAME references at most)")
+    texts = [("container.image", c.image), ("container.base_image", c.base_image)]
+    texts += [(f"container.binds[{i}]", b) for i, b in enumerate(c.binds)]
+    texts += [(f"container.extra_args[{i}]", a) for i, a in enumerate(c.extra_args)]
+    for key, text in texts:
+        if text and any(ch in text for ch in "\0\n\r"):
+            bad(key, f"{text!r} holds a NUL byte or a line break, which no command line can carry; remove it")
+        elif text and key != "container.base_image":
+            problem = _container_reference_problem(text)
+            if problem:
+                bad(key, problem)
     for i, bind in enumerate(c.binds):
         parts = bind.split(":")
         if not bind.startswith("/") or len(parts) > 3 or (len(parts) == 3 and parts[2] not in _BIND_OPTIONS):
@@ -160,6 +171,25 @@ def _check_container(p: ClusterProfile, bad: Report) -> None:
             "container.torch_index_url",
             f"{c.torch_index_url!r} is not a URL; e.g. https://download.pytorch.org/whl/rocm6.4",
         )
+
+
+def _container_reference_problem(text: str) -> str | None:
+    """Why a container word's $ references would not survive the job script, or None.
+
+    The job expands $NAME / ${NAME} in the image, binds and extra arguments ($USER, $SCRATCH) and
+    runs under `set -u`, so a reference to a variable unset on the node ends the job before
+    training. Environment variables are named in capitals; a lower-case `$name` is a shell variable
+    no job has (or a $ meant literally), and is refused here rather than in the queue."""
+    if "$" in _REFERENCE.sub("", text):
+        return f"{text!r} has a $ that is not a $NAME or ${{NAME}} reference (nothing else expands); remove it"
+    for match in _REFERENCE.finditer(text):
+        name = match.group(0).strip("${}")
+        if not _ENV_VARIABLE.fullmatch(name):
+            return (
+                f"{text!r} refers to ${name}, which no job's environment sets, and the job script stops on an unset "
+                "variable; name an environment variable in capitals such as $USER or $SCRATCH, or write the value itself"
+            )
+    return None
 
 
 def _check_run_config(p: ClusterProfile, bad: Report) -> None:

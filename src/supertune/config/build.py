@@ -19,7 +19,7 @@ from .choices import OneOf
 from .errors import ConfigError
 from .overrides import OverrideValue, Unparsable, parse_value
 
-__all__ = ["build_config", "choices_of", "parse_key_values", "section_fields"]
+__all__ = ["build_config", "build_config_and_problems", "choices_of", "parse_key_values", "section_fields"]
 
 _MISSING = object()
 INT_LIMIT = 2**63
@@ -49,11 +49,19 @@ def section_fields(cls: type) -> list[str]:
 
 def build_config(cls: type, data: Any) -> Any:
     """Build dataclass `cls` from nested dicts; raise one ConfigError listing every problem."""
-    problems: list[str] = []
-    built = _build_dataclass(cls, data, "", problems, root=cls)
+    built, problems = build_config_and_problems(cls, data)
     if problems:
         raise ConfigError(problems)
     return built
+
+
+def build_config_and_problems(cls: type, data: Any) -> tuple[Any, list[str]]:
+    """Build dataclass `cls` from nested dicts, and every problem found. An unknown key or a value of
+    the wrong type is left out, so its field keeps its default: the config is still whole, and the
+    caller can check the rest of it and report every problem of the config at once."""
+    problems: list[str] = []
+    built = _build_dataclass(cls, data, "", problems, root=cls)
+    return built, problems
 
 
 def _build_dataclass(cls: type, data: Any, where: str, problems: list[str], root: type) -> Any:

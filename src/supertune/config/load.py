@@ -12,9 +12,10 @@ import os
 from typing import Any
 
 from ..file_formats import expand_files
-from .build import build_config
+from .build import build_config, build_config_and_problems
+from .errors import ConfigError
 from .schema import RunConfig
-from .validate import validate
+from .validate import config_problems
 from .yaml_file import read_config_file
 
 __all__ = ["build_run_config", "load_saved_config", "absolute_paths", "config_to_dict", "dump_config"]
@@ -22,8 +23,10 @@ __all__ = ["build_run_config", "load_saved_config", "absolute_paths", "config_to
 
 def build_run_config(data: dict[str, Any]) -> RunConfig:
     """Type-check merged data, validate it (every problem in one ConfigError), and make paths absolute."""
-    cfg = build_config(RunConfig, data)
-    validate(cfg)
+    cfg, problems = build_config_and_problems(RunConfig, data)
+    problems += config_problems(cfg)  # a field with a problem above holds its default: no second line for it
+    if problems:
+        raise ConfigError(problems)
     return absolute_paths(cfg)
 
 

@@ -149,9 +149,9 @@ class TrainingConfig:
     """Optimisation and bookkeeping; names and meanings are those of transformers' TrainingArguments."""
 
     max_steps: int = 120
-    """Optimizer steps; -1 runs num_train_epochs instead."""
+    """Optimizer steps; -1 runs num_train_epochs instead. When both are given, max_steps wins."""
     num_train_epochs: float = 1.0
-    """Epochs, used when max_steps is -1."""
+    """Epochs, used when max_steps is -1; given without max_steps, it sets max_steps to -1."""
     per_device_train_batch_size: int = 16
     """Sequences per process per forward pass."""
     per_device_eval_batch_size: int = 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 from ..byte_sizes import parse_byte_size
@@ -174,14 +175,17 @@ def options_from_args(args: argparse.Namespace) -> DoctorOptions:
         problems.append("--nproc: only with --comm (the node checks need one process)")
     if args.expect_gbps is not None and not args.comm:
         problems.append("--expect-gbps: only with --comm, which measures the bandwidth")
-    if args.expect_gbps is not None and args.expect_gbps <= 0:
-        problems.append(f"--expect-gbps: must be positive, got {args.expect_gbps}")
+    # argparse's float() takes nan and inf, which every comparison below would let through.
+    if args.expect_gbps is not None and not (math.isfinite(args.expect_gbps) and args.expect_gbps > 0):
+        problems.append(f"--expect-gbps: must be a positive number of GB/s, e.g. 20, got {args.expect_gbps}")
     if args.repeats < 1 or args.warmup < 0:
         problems.append(
             f"--repeats/--warmup: need at least 1 timed run and no negative warm-up, got {args.repeats}/{args.warmup}"
         )
-    if args.timeout <= 0:
-        problems.append(f"--timeout: must be positive, got {args.timeout}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        problems.append(f"--timeout: must be a positive number of seconds, got {args.timeout}")
+    if not (math.isfinite(args.min_free_gb) and args.min_free_gb >= 0):
+        problems.append(f"--min-free-gb: must be a number of GiB, 0 or more, got {args.min_free_gb}")
     if len(sizes) == 2 and not 4 <= sizes["--min-size"] <= sizes["--max-size"]:
         problems.append(f"--min-size/--max-size: need 4 B <= min <= max, got {args.min_size} and {args.max_size}")
     if problems:

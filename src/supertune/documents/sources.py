@@ -14,6 +14,7 @@ from ..file_formats import file_format
 
 __all__ = [
     "RawSplits",
+    "check_hub_dataset",
     "load_hub_dataset",
     "load_file_rows",
     "load_raw_splits",
@@ -266,13 +267,15 @@ def _first_bad_utf8(data: bytes) -> str:
     return "invalid string"
 
 
-def load_hub_dataset(d: DataConfig) -> Any:
-    """The hub dataset of data.dataset_name from the local datasets cache (all its splits)."""
-    import datasets
+def check_hub_dataset(d: DataConfig) -> None:
+    """Refuse (UserError) a hub dataset name when the hub cannot be reached and the datasets cache
+    is not to be used: a probe of a few seconds at most, instead of the client's minutes of retries."""
     from huggingface_hub import constants
 
     from ..hub import reachable
 
+    if d.dataset_name is None:
+        return
     offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE") == "1"
     # A local dataset directory is read without the hub (datasets does not ask it), so only a hub
     # name needs the probe: compute nodes without internet are the usual place for local ones.
@@ -282,6 +285,13 @@ def load_hub_dataset(d: DataConfig) -> Any:
             f"data.dataset_name: the hub ({constants.ENDPOINT}) cannot be reached to read {d.dataset_name!r}; "
             "set HF_DATASETS_OFFLINE=1 to use the local datasets cache, or give data.train_files"
         )
+
+
+def load_hub_dataset(d: DataConfig) -> Any:
+    """The hub dataset of data.dataset_name from the local datasets cache (all its splits)."""
+    import datasets
+
+    check_hub_dataset(d)
     try:
         return datasets.load_dataset(d.dataset_name, d.dataset_config, streaming=d.streaming)
     except (FileNotFoundError, ConnectionError, ValueError) as exc:

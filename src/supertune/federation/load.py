@@ -22,10 +22,10 @@ from .schema import FederationConfig, SiteConfig
 
 __all__ = ["load_federation", "federation_problems", "federation_text", "login_parts", "plain_path", "SITE_NAME"]
 
-SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 # StreamFlow writes working directories and environment values into shell commands unquoted
 # (`cd DIR && export K="V" && ...`): paths it sees keep to characters that mean nothing to a shell.
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+,:@%=-]*$")
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+,:@%=-]*\Z")
 _LOGIN = re.compile(
     r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?$"
 )

@@ -13,16 +13,21 @@ Sources, first match wins:
 4. otherwise a single process.
 Everything else in supertune asks this module instead of reading those variables; the SLURM
 allocation itself (nodes, tasks, CPUs and GPUs granted, whoever started the process) is
-`slurm_allocation`.
+`slurm_allocation`. A variable that cannot be read (`WORLD_SIZE=abc`, `SLURM_NODELIST='node[1-'`)
+is a `LaunchVariableError`: one line naming it, its value and the launcher that sets it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass
 
+from ..errors import UserError
+
 __all__ = [
+    "LaunchVariableError",
     "LaunchEnvironment",
     "launch_environment",
     "port_for_job",
@@ -36,6 +41,35 @@ __all__ = [
 # two jobs sharing a node collide only when their ids differ by a multiple of 20000.
 PORT_BASE = 10000
 PORT_SPAN = 20000
+
+# Who sets which variable, by name prefix, first match wins: said in the error for a garbage value.
+_SET_BY = (
+    ("SLURM_", "Slurm (sbatch, salloc and srun)"),
+    ("OMPI_", "Open MPI's mpirun"),
+    ("PMI", "the MPI launcher (PMI)"),
+    ("MPI_", "the MPI launcher"),
+    ("CROSS_", "the deepspeed launcher"),
+    ("LOCAL_SIZE", "the deepspeed launcher"),
+    ("TORCHELASTIC_", "torchrun's agent"),
+)
+
+
+class LaunchVariableError(UserError):
+    """A launcher's or scheduler's variable that holds what its launcher would never write."""
+
+    def __init__(self, name: str, value: str, expected: str) -> None:
+        super().__init__(
+            f"{name}={value!r} in the environment is not {expected}; {set_by(name)} sets it: unset it, "
+            "or start supertune through that launcher"
+        )
+
+
+def set_by(name: str) -> str:
+    """The launcher that sets variable `name`, in words."""
+    for prefix, launcher in _SET_BY:
+        if name.startswith(prefix):
+            return launcher
+    return "torchrun (also under accelerate and the deepspeed launcher)"
 
 
 @dataclass(frozen=True)
@@ -83,11 +117,15 @@ def port_for_job(job_id: str | int) -> int:
     return PORT_BASE + int(job_id) % PORT_SPAN
 
 
-def expand_nodelist(nodelist: str) -> list[str]:
-    """Host names of a Slurm node list such as "gpu[01-04,07],login1"."""
+def expand_nodelist(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> list[str]:
+    """Host names of a Slurm node list such as "gpu[01-04,07],login1" (LaunchVariableError naming
+    variable `name` when it is not one)."""
     import hostlist
 
-    return list(hostlist.expand_hostlist(nodelist))
+    try:
+        return list(hostlist.expand_hostlist(nodelist))
+    except hostlist.BadHostlist:
+        raise LaunchVariableError(name, nodelist, "a Slurm node list such as gpu[01-04,07]") from None
 
 
 def launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
@@ -97,7 +135,7 @@ def launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnviro
         found = read(env)
         if found is not None:
             return found
-    return LaunchEnvironment(job_id=env.get("SLURM_JOB_ID"), device_index=0)
+    return LaunchEnvironment(job_id=_job_id(env), device_index=0)
 
 
 def export_for_torch(view: LaunchEnvironment, environ: MutableMapping[str, str] | None = None) -> None:
@@ -130,31 +168,42 @@ def _device_index(env: Mapping[str, str], local_rank: int) -> int:
     return local_rank
 
 
-def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
+def _int(env: Mapping[str, str], *names: str, default: int | None = None, least: int = 0) -> int | None:
+    """The first of `names` that is set, as a whole number of at least `least` (LaunchVariableError
+    otherwise); `default` when none is set."""
     for name in names:
         value = env.get(name)
-        if value not in (None, ""):
-            return int(value)
+        if value in (None, ""):
+            continue
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()) or int(text) < least:
+            raise LaunchVariableError(name, value, "a whole number" + (f" of at least {least}" if least else ""))
+        return int(text)
     return default
+
+
+def _first_set(env: Mapping[str, str], *names: str) -> str | None:
+    """The name of the first of `names` that is set and not empty."""
+    return next((name for name in names if env.get(name)), None)
 
 
 def _from_torchrun(env: Mapping[str, str]) -> LaunchEnvironment | None:
     if "RANK" not in env or "WORLD_SIZE" not in env:
         return None
     local_rank = _int(env, "LOCAL_RANK", default=0) or 0
-    world = int(env["WORLD_SIZE"])
-    local_world = _int(env, "LOCAL_WORLD_SIZE", "LOCAL_SIZE", default=world) or world
+    world = _int(env, "WORLD_SIZE", least=1) or 1
+    local_world = _int(env, "LOCAL_WORLD_SIZE", "LOCAL_SIZE", default=world, least=1) or world
     return LaunchEnvironment(
-        rank=int(env["RANK"]),
+        rank=_int(env, "RANK", default=0) or 0,
         local_rank=local_rank,
         world_size=world,
         local_world_size=local_world,
         node_rank=_int(env, "GROUP_RANK", "CROSS_RANK", "NODE_RANK", default=0) or 0,
-        num_nodes=_int(env, "CROSS_SIZE", default=None) or max(1, world // max(local_world, 1)),
+        num_nodes=_int(env, "CROSS_SIZE", default=None, least=1) or max(1, world // max(local_world, 1)),
         master_addr=env.get("MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT"),
         launcher="torchrun",
-        job_id=env.get("SLURM_JOB_ID"),
+        job_id=_job_id(env),
         device_index=_device_index(env, local_rank),
         # torchrun's agents give their workers the rendezvous run id; the deepspeed launcher does not.
         elastic_agent="TORCHELASTIC_RUN_ID" in env,
@@ -174,15 +223,15 @@ def _from_slurm_step(env: Mapping[str, str]) -> LaunchEnvironment | None:
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
     if "SLURM_PROCID" not in env or not step or step in _NOT_TASK_STEPS:
         return None
-    job_id = env.get("SLURM_JOB_ID")
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-    hosts = expand_nodelist(nodelist) if nodelist else []
+    job_id = _job_id(env)
+    nodelist_name = _first_set(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    hosts = expand_nodelist(env[nodelist_name], nodelist_name) if nodelist_name else []
     local_rank = _int(env, "SLURM_LOCALID", default=0) or 0
-    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1) or 1
-    nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1) or 1
+    world = _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1, least=1) or 1
+    nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1, least=1) or 1
     port = _int(env, "MASTER_PORT")
     return LaunchEnvironment(
-        rank=int(env["SLURM_PROCID"]),
+        rank=_int(env, "SLURM_PROCID", default=0) or 0,
         local_rank=local_rank,
         world_size=world,
         local_world_size=_tasks_on_this_node(env, world, nodes),
@@ -196,21 +245,33 @@ def _from_slurm_step(env: Mapping[str, str]) -> LaunchEnvironment | None:
     )
 
 
+# One entry of SLURM_TASKS_PER_NODE: a count, or a count repeated for that many nodes ("2(x3)").
+_TASKS_ENTRY = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+
+
 def _tasks_on_this_node(env: Mapping[str, str], world: int, nodes: int) -> int:
-    # SLURM_TASKS_PER_NODE looks like "2(x3),1": the count for this node is needed, so expand it.
-    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    # SLURM_TASKS_PER_NODE looks like "2(x3),1": the count for this node is needed, so expand it
+    # only as far as that node (a repeat count can be as large as the job's nodes).
+    name = _first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     node = _int(env, "SLURM_NODEID", default=0) or 0
-    if spec:
-        counts: list[int] = []
-        for part in spec.split(","):
-            if "(x" in part:
-                count, repeat = part.rstrip(")").split("(x")
-                counts += [int(count)] * int(repeat)
-            else:
-                counts.append(int(part))
-        if node < len(counts):
-            return counts[node]
+    if name:
+        first = 0
+        for count, repeat in _tasks_per_node(name, env[name]):
+            if node < first + repeat:
+                return count
+            first += repeat
     return max(1, world // max(nodes, 1))
+
+
+def _tasks_per_node(name: str, spec: str) -> list[tuple[int, int]]:
+    """(tasks, nodes) of each entry of a SLURM_TASKS_PER_NODE value, e.g. "2(x3),1" -> [(2, 3), (1, 1)]."""
+    entries = []
+    for part in spec.split(","):
+        match = _TASKS_ENTRY.fullmatch(part.strip())
+        if match is None:
+            raise LaunchVariableError(name, spec, 'a Slurm tasks-per-node list such as "2(x3),1"')
+        entries.append((int(match.group(1)), int(match.group(2) or 1)))
+    return entries
 
 
 def _from_mpi(env: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -230,7 +291,7 @@ def _from_mpi(env: Mapping[str, str]) -> LaunchEnvironment | None:
         master_addr=env.get("MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT"),
         launcher="mpi",
-        job_id=env.get("SLURM_JOB_ID"),
+        job_id=_job_id(env),
         device_index=_device_index(env, local_rank),
     )
 
@@ -275,24 +336,38 @@ _GPU_VARIABLES = (
 def slurm_allocation(environ: Mapping[str, str] | None = None) -> SlurmAllocation | None:
     """The allocation of the SLURM job this process belongs to; None outside a job."""
     env = os.environ if environ is None else environ
-    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    job_id = _job_id(env)
     if not job_id:
         return None
+    nodelist_name = _first_set(env, "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    if nodelist_name:
+        expand_nodelist(env[nodelist_name], nodelist_name)  # checked here, so no later reader trips on it
+    if env.get("SLURM_TASKS_PER_NODE"):
+        _tasks_per_node("SLURM_TASKS_PER_NODE", env["SLURM_TASKS_PER_NODE"])
     return SlurmAllocation(
         job_id=job_id,
         job_name=env.get("SLURM_JOB_NAME"),
         partition=env.get("SLURM_JOB_PARTITION"),
-        nodelist=env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
-        num_nodes=_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
-        ntasks=_int(env, "SLURM_NTASKS", "SLURM_NPROCS"),
+        nodelist=env[nodelist_name] if nodelist_name else None,
+        num_nodes=_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", least=1),
+        ntasks=_int(env, "SLURM_NTASKS", "SLURM_NPROCS", least=1),
         tasks_per_node=env.get("SLURM_TASKS_PER_NODE"),
-        cpus_per_task=_int(env, "SLURM_CPUS_PER_TASK"),
-        cpus_on_node=_int(env, "SLURM_CPUS_ON_NODE"),
+        cpus_per_task=_int(env, "SLURM_CPUS_PER_TASK", least=1),
+        cpus_on_node=_int(env, "SLURM_CPUS_ON_NODE", least=1),
         gpus_on_node=_gpus_on_node(env),
         gpu_variables=tuple((name, env[name]) for name in _GPU_VARIABLES if env.get(name)),
         step_id=env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID"),
         restart_count=_int(env, "SLURM_RESTART_COUNT", default=0) or 0,
     )
+
+
+def _job_id(env: Mapping[str, str]) -> str | None:
+    """SLURM_JOB_ID (or its old alias), checked to be a job id: it becomes a port and a file name."""
+    name = _first_set(env, "SLURM_JOB_ID", "SLURM_JOBID")
+    if name is None:
+        return None
+    # An array task's own id is a plain number too; "123_4" is only how squeue shows it.
+    return str(_int(env, name))
 
 
 def _gpus_on_node(env: Mapping[str, str]) -> int | None:

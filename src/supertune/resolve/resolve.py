@@ -17,7 +17,7 @@ from typing import Any
 
 from ..clusters import ProfileError, load_profile_with_sources
 from ..clusters.schema import ClusterProfile
-from ..config.build import build_config
+from ..config.build import build_config, build_config_and_problems
 from ..config.errors import ConfigError
 from ..config.load import absolute_paths
 from ..config.overrides import OverrideValue, parse_overrides
@@ -78,10 +78,11 @@ def resolve(
     problems: list[str] = []
     profile, profile_layer = _profile_layer(_cluster_name(merge_layers(user_layers)), problems)
     layers = ([profile_layer] if profile_layer else []) + user_layers
-    try:
-        cfg = build_config(RunConfig, merge_layers(layers))
-    except ConfigError as exc:
-        raise ConfigError(problems + exc.problems) from None
+    layers += _epochs_layer(layers)
+    # An unknown key or a wrong type leaves its field at the default: the rest is checked as well,
+    # so the user sees every problem of the config in one error.
+    cfg, build_problems = build_config_and_problems(RunConfig, merge_layers(layers))
+    problems += build_problems
     cfg = _planned_global_batch(cfg, profile, problems)
     if not files_here:
         if problems:
@@ -89,6 +90,22 @@ def resolve(
         return Resolution(cfg, tuple(layers), profile, tuple(overrides or ()))
     _check(cfg, profile, problems, trains)
     return Resolution(absolute_paths(cfg), tuple(layers), profile, tuple(overrides or ()))
+
+
+EPOCHS_RULE = "training.num_train_epochs given without training.max_steps"
+"""The layer that sets training.max_steps to -1 when only the epochs were given (its name in --origin)."""
+
+
+def _epochs_layer(layers: list[Layer]) -> list[Layer]:
+    """training.max_steps=-1 when a layer sets training.num_train_epochs and none sets max_steps.
+
+    max_steps has a default (120, a short first run) and the Trainer lets max_steps win over epochs,
+    so an epochs value written alone would be ignored without a word. Written alone it wins; written
+    with max_steps, max_steps wins, as in the Trainer (docs/config.md says so)."""
+    found = origins(layers)
+    if "training.num_train_epochs" in found and "training.max_steps" not in found:
+        return [Layer(EPOCHS_RULE, {"training": {"max_steps": -1}})]
+    return []
 
 
 def resolve_run_config(

@@ -69,12 +69,19 @@ def forward_stop_signals() -> list[RunDir]:
 
 
 def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
-    """Before a run directory exists: GPUs this PyTorch cannot use (`gpus`; it imports torch, which
-    the training processes check again), the weights the run starts from against their
-    manifest (sha256 up to 4 GiB, sizes above): a damaged model is refused without leaving a run behind;
-    and the rows of conversational data (training_data.row_checks)."""
+    """Before a run directory exists: the launch environment and the cache path readable, GPUs this
+    PyTorch cannot use (`gpus`; it imports torch, which the training processes check again), the
+    weights the run starts from against their manifest (sha256 up to 4 GiB, sizes above): a damaged
+    model is refused without leaving a run behind; and the rows of conversational data
+    (training_data.row_checks)."""
     from ..checkpoints.model_files import check_saved_model
+    from ..launch.environment import launch_environment, slurm_allocation
+    from ..paths import cache_dir
 
+    # A garbage launcher variable or cache path is a one-line UserError here, before any import of torch.
+    launch_environment()
+    slurm_allocation()
+    cache_dir()
     if gpus:
         from ..doctor.startup import refuse_unusable_gpus
 
@@ -82,6 +89,7 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
+    check_hub_references(cfg)  # before the row checks below, which load the tokenizer
     if cfg.data.format != "text" and not (cfg.data.dataset_name or cfg.data.store):
         # A bad conversation, or a chat template that cannot mark the answers, is refused with its row
         # in the files (seconds: the tokenizer loads, the first rows are rendered).
@@ -89,6 +97,21 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
         from ..training_data.row_checks import check_rows_before_start
 
         check_rows_before_start(cfg.data, load_tokenizer(cfg))
+
+
+def check_hub_references(cfg: RunConfig) -> None:
+    """A hub model, tokenizer or dataset that this machine can neither find in its cache nor fetch
+    is refused (UserError) before a run directory exists, rather than by the training after it. Costs
+    a cache lookup, and a TCP probe of the hub of at most a few seconds when a reference is not cached."""
+    from ..documents.sources import check_hub_dataset
+    from ..hub import resolve_reference
+
+    m = cfg.model
+    if m.name_or_path and not (m.bundle and m.from_config):  # else the bundle's config stands in for it
+        resolve_reference(m.name_or_path, "model.name_or_path", "config.json", m.revision)
+    if m.tokenizer not in (None, "train") and m.bundle is None:
+        resolve_reference(m.tokenizer, "model.tokenizer", "tokenizer_config.json", m.revision)
+    check_hub_dataset(cfg.data)
 
 
 def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutcome:

@@ -67,6 +67,7 @@ def start_slurm(
     last job is still queued or running is refused (UserError naming `run_dir_field`), or that job is kept."""
     from ..slurm.jobs import prepare_job, submit_job
 
+    new_dir = not (run_dir and Path(run_dir).expanduser().exists())
     choice = _checked_choice(resolution, run_dir, run_dir_field, no_resume)
     if choice.finished:
         return SlurmStart(choice)
@@ -83,7 +84,21 @@ def start_slurm(
     script = prepare_job(resolution.config, profile, choice.run)[1]
     if dry_run:
         return SlurmStart(choice, script)
-    return SlurmStart(choice, script, submit_job(choice.run, profile.name))
+    try:
+        job_id = submit_job(choice.run, profile.name)
+    except UserError:
+        if new_dir and not choice.resumed:
+            _remove_unsubmitted(choice.run)
+        raise
+    return SlurmStart(choice, script, job_id)
+
+
+def _remove_unsubmitted(run: RunDir) -> None:
+    """A run directory this call made, whose job sbatch refused: nothing ran in it and nothing else
+    knows it, so it goes (a directory that existed before, the user's, is left as it is)."""
+    import shutil
+
+    shutil.rmtree(run.path, ignore_errors=True)
 
 
 def _checked_choice(resolution: Resolution, run_dir: str | None, run_dir_field: str, no_resume: bool) -> RunDirChoice:

@@ -60,9 +60,18 @@ def submit_script(script_path: str, workdir: str, options: tuple[str, ...] = ())
     return job_id
 
 
+def _job_id(job_id: str) -> str:
+    """`job_id` when it is one: digits only. A word from a file must never reach a Slurm command as an
+    option (`--me` given to scancel cancels every job of the user), so ids are checked here too, and
+    passed after `--`, which ends the options of every Slurm command."""
+    if not (isinstance(job_id, str) and job_id.isascii() and job_id.isdigit()):
+        raise UserError(f"{job_id!r} is not a Slurm job id (digits); check where it came from")
+    return job_id
+
+
 def job_state(job_id: str) -> JobState:
     """The job's state from scontrol (which also knows finished jobs for MinJobAge seconds)."""
-    result = run_captured(["scontrol", "show", "job", "--oneliner", job_id])
+    result = run_captured(["scontrol", "--oneliner", "show", "job", "--", _job_id(job_id)])
     if result.returncode != 0 and "invalid job id" in (result.stderr + result.stdout).lower():
         return JobState(job_id, "UNKNOWN", reason="Slurm no longer knows this job")
     # Anything else (no Slurm here, no answer from the controller) is an error, not a job state.
@@ -74,16 +83,22 @@ def job_state(job_id: str) -> JobState:
         reason=fields.get("Reason", ""),
         nodes=fields.get("NodeList", ""),
         elapsed=fields.get("RunTime", ""),
-        restarts=int(fields.get("Restarts", "0") or 0),
+        restarts=_count(fields.get("Restarts", "0") or "0", f"scontrol show job {job_id}", "Restarts"),
     )
 
 
+def _count(text: str, what: str, name: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise UserError(f"{what}: Slurm answered {name}={text!r}, not a number; check Slurm with `scontrol ping`")
+    return int(text)
+
+
 def cancel_job(job_id: str) -> None:
-    _check(run_captured(["scancel", job_id]), f"scancel {job_id}")
+    _check(run_captured(["scancel", "--", _job_id(job_id)]), f"scancel {job_id}")
 
 
 def requeue_job(job_id: str) -> None:
-    _check(run_captured(["scontrol", "requeue", job_id]), f"scontrol requeue {job_id}")
+    _check(run_captured(["scontrol", "requeue", "--", _job_id(job_id)]), f"scontrol requeue {job_id}")
 
 
 def cancel_named(name: str, via: Sequence[str] = ()) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import sys
 import time
@@ -10,9 +11,10 @@ from pathlib import Path
 
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..launch.launchers import ACCELERATE_CONFIG, accelerate_config, get_launcher
 from ..rundir import RunDir, holds_run
+from ..state_records import DamagedFile, Field, read_utf8, record_damage
 from .commands import submit_script
 from .job import JobSpec, job_spec
 from .script import container_words, render_sbatch
@@ -60,11 +62,29 @@ def submit_job(run: RunDir, cluster: str) -> str:
     return job_id
 
 
+JOB_FIELDS = {"job_id": Field("digits"), "cluster": Field("str"), "submitted_at": Field("number")}
+"""A line of jobs.jsonl, as submit_job writes it: nothing else (a job id that is not digits would
+reach scancel, scontrol and a log file glob)."""
+
+
 def job_records(run: RunDir) -> list[JobRecord]:
+    """The run's jobs, oldest first; a damaged line is a DamagedFile naming it."""
     path = run.jobs
-    if not path.exists():
-        return []
-    return [JobRecord(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    fix = "remove that line (see its job with squeue --me), or the file when none of the run's jobs is queued"
+    text = read_utf8(path, fix.replace("that line", "the damaged lines"))
+    records = []
+    for number, line in enumerate((text or "").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DamagedFile(path, f"not JSON: {first_line(exc)}", fix, f"line {number}") from None
+        damage = record_damage(record, JOB_FIELDS, extra=False)
+        if damage:
+            raise DamagedFile(path, damage, fix, f"line {number}")
+        records.append(JobRecord(**record))
+    return records
 
 
 def find_run(ref: str, runs_root: str = "runs") -> RunDir:
@@ -86,4 +106,5 @@ def find_run(ref: str, runs_root: str = "runs") -> RunDir:
 def log_files(run: RunDir, job_id: str) -> list[Path]:
     """The job's stdout and stderr files (named %x-%j.out/.err by the script header)."""
     logs = run.logs
-    return sorted(logs.glob(f"*-{job_id}.out")) + sorted(logs.glob(f"*-{job_id}.err"))
+    pattern = glob.escape(job_id)  # a job id is digits; escaped all the same, so it can never match another job's log
+    return sorted(logs.glob(f"*-{pattern}.out")) + sorted(logs.glob(f"*-{pattern}.err"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..clusters.schema import ClusterProfile
@@ -44,7 +45,7 @@ def prepare_job(
 PreparePlan = tuple[str | None, str]
 
 
-def render_prepare(job: PrepareJob, profile: ClusterProfile, todo: list[int]) -> PreparePlan:
+def render_prepare(job: PrepareJob, profile: ClusterProfile, todo: Sequence[int]) -> PreparePlan:
     """(array script or None when every part is finished, merge script)."""
     return (render_array_script(job, profile, todo) if todo else None), render_merge_script(job, profile)
 

@@ -17,12 +17,19 @@ __all__ = ["Expand", "quote", "join", "env_value", "sbatch_value", "slurm_filena
 
 _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Characters sbatch's #SBATCH reader leaves alone outside quotes.
-_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+$")
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:=+@%/-]+\Z")
 
 
 def quote(value: object) -> str:
     """One shell word that means exactly `value`."""
-    return shlex.quote(str(value))
+    return shlex.quote(_no_nul(str(value)))
+
+
+def _no_nul(text: str) -> str:
+    # bash drops a NUL byte of a script without a word, so the job would run another value.
+    if "\0" in text:
+        raise UserError(f"{text!r} holds a NUL byte, which a job script cannot carry; remove it where it was set")
+    return text
 
 
 def join(words: list[object]) -> str:
@@ -32,6 +39,7 @@ def join(words: list[object]) -> str:
 
 def env_value(value: str) -> str:
     """A double-quoted shell word where $NAME / ${NAME} expand and nothing else does."""
+    _no_nul(value)
     out, last = [], 0
     for match in _REFERENCE.finditer(value):
         out.append(_escape_double(value[last : match.start()]))

@@ -99,10 +99,10 @@ def figure_losses(runs: list[Any]) -> Any:
     styles = ("-", "--", ":", "-.")  # runs of a strong-scaling sweep lie on top of each other
     for i, run in enumerate(runs):
         records = run.records
-        points = [(_tokens(r), r["loss"]) for r in records if "loss" in r and _tokens(r)]
+        points = [(_tokens(r), r["loss"]) for r in records if r.get("loss") is not None and _tokens(r)]
         if points:
             ax.plot(*zip(*points), styles[i % len(styles)], color=f"C{i}", label=run.label)
-        evals = [(_tokens(r), r["eval_loss"]) for r in records if "eval_loss" in r and _tokens(r)]
+        evals = [(_tokens(r), r["eval_loss"]) for r in records if r.get("eval_loss") is not None and _tokens(r)]
         if run.summary and run.summary.get("eval_loss") is not None:
             evals.append((run.summary.get("train_tokens"), run.summary["eval_loss"]))
         evals = [(t, loss) for t, loss in evals if t]
@@ -117,6 +117,10 @@ def figure_losses(runs: list[Any]) -> Any:
     return fig
 
 
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def _tokens(record: dict[str, Any]) -> int | None:
     return record.get("tokens_seen") or record.get("num_input_tokens_seen")
 
@@ -124,10 +128,10 @@ def _tokens(record: dict[str, Any]) -> int | None:
 def figure_run_curves(run: Any) -> Any:
     plt = _pyplot()
     fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True)
-    records = [r for r in run.records if "loss" in r]
+    records = [r for r in run.records if r.get("loss") is not None]
     steps = [r["step"] for r in records]
     loss_ax.plot(steps, [r["loss"] for r in records], color="C0", label="training loss")
-    evals = [(r["step"], r["eval_loss"]) for r in run.records if "eval_loss" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in run.records if r.get("eval_loss") is not None]
     if run.summary and run.summary.get("eval_loss") is not None:
         evals.append((run.summary.get("train_steps"), run.summary["eval_loss"]))  # the final evaluation
     if evals:
@@ -135,7 +139,7 @@ def figure_run_curves(run: Any) -> Any:
     loss_ax.set_ylabel("loss")
     loss_ax.legend()
     loss_ax.grid(alpha=0.3)
-    lr_ax.plot(steps, [r.get("learning_rate", float("nan")) for r in records], color="C2")
+    lr_ax.plot(steps, [_or_nan(r.get("learning_rate")) for r in records], color="C2")
     lr_ax.set_ylabel("learning rate")
     lr_ax.set_xlabel("optimizer step")
     lr_ax.grid(alpha=0.3)
@@ -145,8 +149,8 @@ def figure_run_curves(run: Any) -> Any:
 
 def figure_run_throughput(run: Any) -> Any:
     plt = _pyplot()
-    records = [r for r in run.records if "throughput_tokens_per_s" in r]
-    has_mfu = any("mfu" in r for r in records)
+    records = [r for r in run.records if r.get("throughput_tokens_per_s") is not None]
+    has_mfu = any(r.get("mfu") is not None for r in records)
     fig, axes = plt.subplots(2 if has_mfu else 1, 1, figsize=(6.5, 5.5 if has_mfu else 3.5), sharex=True, squeeze=False)
     ax = axes[0][0]
     ax.plot(
@@ -157,7 +161,7 @@ def figure_run_throughput(run: Any) -> Any:
     ax.grid(alpha=0.3)
     if has_mfu:
         mfu_ax = axes[1][0]
-        with_mfu = [r for r in records if "mfu" in r]
+        with_mfu = [r for r in records if r.get("mfu") is not None]
         mfu_ax.plot([r["step"] for r in with_mfu], [100 * r["mfu"] for r in with_mfu], "o-", color="C1", markersize=3)
         mfu_ax.set_ylabel("MFU (%)")
         mfu_ax.grid(alpha=0.3)

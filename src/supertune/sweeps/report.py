@@ -25,6 +25,7 @@ from ..config.yaml_file import read_config_file
 from ..errors import UserError
 from ..json_lines import read_records
 from ..rundir import RunDir, holds_run, write_json_atomic
+from ..state_records import DamagedFile, Field, record_damage
 from .sweep import SWEEP_FILE, read_sweep
 
 __all__ = ["RunResult", "ScalingRow", "load_runs", "markdown_table", "scaling_rows", "write_report"]
@@ -57,7 +58,30 @@ class RunResult:
         """metrics.jsonl, one dict per line (empty when there is none), read once for every plot. A
         line cut short (the run was killed while appending it) is left out: the plots show what was
         written whole."""
-        return read_records(self.run.metrics)
+        records = read_records(self.run.metrics)
+        for number, record in enumerate(records, 1):
+            damage = record_damage(record, METRIC_FIELDS)
+            if damage:
+                raise DamagedFile(
+                    self.run.metrics,
+                    damage,
+                    "remove that record (the plots need a step and numbers), or report without the run",
+                    f"record {number}",
+                )
+        return records
+
+
+_MEASURED = (
+    "loss",
+    "eval_loss",
+    "learning_rate",
+    "throughput_tokens_per_s",
+    "mfu",
+    "tokens_seen",
+    "num_input_tokens_seen",
+)
+METRIC_FIELDS = {"step": Field("int"), **{name: Field("number", required=False, null=True) for name in _MEASURED}}
+"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not measured)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +124,7 @@ def _load(path: Path, devices: int | None = None, nodes: int | None = None) -> R
     summary = run.read_summary(f"RUN_DIR {run.path}")
     config = read_config_file(run.config) if run.config.exists() else {}
     if summary is not None:
-        devices, nodes = int(summary.get("world_size", devices or 1)), int(summary.get("nodes", nodes or 1))
+        devices, nodes = int(summary.get("world_size") or devices or 1), int(summary.get("nodes") or nodes or 1)
     return RunResult(run, summary, config or {}, devices or 1, nodes or 1)
 
 

@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..rundir import RunDir, write_json_atomic
+from ..state_records import DamagedFile, Field, read_utf8, record_damage
 from .scales import Scale, plan_scales, scaling_kind
 
 __all__ = [
@@ -82,15 +83,39 @@ class Sweep:
         write_json_atomic(self.path / SWEEP_FILE, {"sweep": 1, **record})
 
 
+_SWEEP_FIELDS = {
+    "sweep": Field("int"), "mode": Field("str"), "keep": Field("str"), "scaling": Field("str"),
+    "config": Field("str", null=True), "overrides": Field("list"), "cluster": Field("str", required=False, null=True),
+    "runs": Field("list"), "created": Field("number", required=False), "command": Field("str", required=False),
+}  # fmt: skip
+_RUN_FIELDS = {
+    "devices": Field("int"), "nodes": Field("int"), "per_node": Field("int"), "per_device_train_batch_size": Field("int"),
+    "gradient_accumulation_steps": Field("int"), "run_dir": Field("str"),
+    "job_id": Field("digits", required=False, null=True), "state": Field("str", required=False),
+}  # fmt: skip
+_SWEEP_FIX = "supertune sweep writes it: restore it, or run the sweep again into a new directory"
+
+
 def read_sweep(path: str | Path) -> Sweep:
-    """The sweep in `path` (a directory holding sweep.json)."""
+    """The sweep in `path` (a directory holding sweep.json); a damaged file is a DamagedFile."""
     path = Path(path).expanduser().absolute()
+    file = path / SWEEP_FILE
+    text = read_utf8(file, _SWEEP_FIX)
+    if text is None:
+        raise UserError(f"{path}: not a sweep directory (no {SWEEP_FILE})")
     try:
-        record = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a sweep directory ({SWEEP_FILE}: {exc})") from None
+        record = json.loads(text)
+    except ValueError as exc:
+        raise DamagedFile(file, f"not JSON: {first_line(exc)}", _SWEEP_FIX) from None
+    damage = record_damage(record, _SWEEP_FIELDS, extra=False)
+    if damage is None and not all(isinstance(o, str) for o in record["overrides"]):
+        damage = "overrides holds a value that is not text"
+    for i, run in enumerate(record.get("runs") or [] if damage is None else []):
+        damage = damage or (f"runs[{i}]: {d}" if (d := record_damage(run, _RUN_FIELDS, extra=False)) else None)
+    if damage:
+        raise DamagedFile(file, damage, _SWEEP_FIX)
     record.pop("sweep", None)
-    runs = [SweepRun(**r) for r in record.pop("runs", [])]
+    runs = [SweepRun(**r) for r in record.pop("runs")]
     return Sweep(path=path, runs=runs, **record)
 
 

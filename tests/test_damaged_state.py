@@ -1,0 +1,145 @@
+"""supertune's own files, damaged by a full disk, a killed process or a hand edit: every reader
+answers with one line naming the file, the damage and what to do; no word from a file reaches a
+Slurm command as an option; a rejected checkpoint is never deleted by rotation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from supertune.checkpoints.layout import CheckpointDir
+from supertune.cli.main import main
+from supertune.errors import UserError
+from supertune.slurm.commands import cancel_job, job_state, requeue_job
+
+JOB = {"job_id": "12", "cluster": "local", "submitted_at": 1.5}
+METRIC = {"step": 1, "loss": 2.5, "learning_rate": 1e-3, "tokens_seen": 512, "throughput_tokens_per_s": 9.0, "mfu": 0.1}
+SUMMARY = {"eval_loss": 2.0, "perplexity": 7.4, "train_steps": 2, "train_tokens": 1024, "world_size": 1, "mfu": None}
+SWEEP_RUN = {
+    "devices": 1, "nodes": 1, "per_node": 1, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+    "run_dir": "devices-1", "job_id": None, "state": "finished",
+}  # fmt: skip
+SWEEP = {
+    "sweep": 1, "mode": "local", "keep": "global-batch", "scaling": "strong", "config": None, "overrides": [],
+    "cluster": None, "runs": [SWEEP_RUN], "created": 1.0, "command": "supertune sweep",
+}  # fmt: skip
+
+
+def _line(record: object) -> bytes:
+    return (json.dumps(record) + "\n").encode()
+
+
+# (file, its damaged bytes, the damage the error names)
+JOBS_DAMAGE = [
+    (b"\xff\xfe{}\n", "not UTF-8 text at byte 0"),
+    (_line({k: v for k, v in JOB.items() if k != "cluster"}), "no cluster"),
+    (_line({**JOB, "user": "x"}), "a field supertune does not write: user"),
+    (_line({**JOB, "submitted_at": "now"}), "submitted_at is 'now', not a number"),
+    (_line({**JOB, "job_id": "--me"}), "job_id is '--me', not a job id (digits)"),
+    (_line({**JOB, "job_id": "-u"}), "job_id is '-u', not a job id (digits)"),
+    (_line({**JOB, "job_id": "*"}), "job_id is '*', not a job id (digits)"),
+    (_line({**JOB, "job_id": 12}), "job_id is 12, not a job id (digits)"),
+    (_line([1, 2]), "a JSON array, not an object"),
+    (_line(JOB)[:20], "not JSON"),
+]
+METRICS_DAMAGE = [
+    (_line({k: v for k, v in METRIC.items() if k != "step"}), "record 1 is damaged (no step)"),
+    (_line({**METRIC, "loss": "high"}), "record 1 is damaged (loss is 'high', not a number)"),
+    (_line({**METRIC, "step": 1.5}), "record 1 is damaged (step is 1.5, not a whole number)"),
+]
+SUMMARY_DAMAGE = [
+    (_line({**SUMMARY, "eval_loss": "2.0"}), "is damaged (eval_loss is '2.0', not a number)"),
+    (_line({**SUMMARY, "world_size": "two"}), "is damaged (world_size is 'two', not a whole number)"),
+    (b"[1]", "is a JSON list, not an object"),
+]
+SWEEP_DAMAGE = [
+    (_line({**SWEEP, "runs": {"devices-1": SWEEP_RUN}}), "runs is {"),
+    (_line({**SWEEP, "runs": [{k: v for k, v in SWEEP_RUN.items() if k != "devices"}]}), "runs[0]: no devices"),
+    (_line({**SWEEP, "runs": [{**SWEEP_RUN, "job_id": "--me"}]}), "runs[0]: job_id is '--me', not a job id"),
+    (_line({**SWEEP, "overrides": [1]}), "overrides holds a value that is not text"),
+    (_line({**SWEEP, "extra": 1}), "a field supertune does not write: extra"),
+    (_line([SWEEP]), "a JSON array, not an object"),
+    (b"\xc3\x28", "not UTF-8 text at byte 0"),
+]
+
+CASES = (
+    [(cmd, "jobs.jsonl", data, how) for cmd in ("status", "cancel", "logs") for data, how in JOBS_DAMAGE]
+    + [("report", "metrics.jsonl", data, how) for data, how in METRICS_DAMAGE]
+    + [("report", "summary.json", data, how) for data, how in SUMMARY_DAMAGE]
+    + [("report", "sweep.json", data, how) for data, how in SWEEP_DAMAGE]
+)
+
+
+def _run_dir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text("training:\n  per_device_train_batch_size: 4\n")
+    (path / "jobs.jsonl").write_bytes(_line(JOB))
+    (path / "metrics.jsonl").write_bytes(_line(METRIC) + _line({**METRIC, "step": 2, "mfu": None}))
+    (path / "summary.json").write_bytes(_line(SUMMARY))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "data", "how"), CASES, ids=[f"{c}-{n}-{i}" for i, (c, n, _, _) in enumerate(CASES)]
+)
+def test_a_damaged_state_file_is_one_line_naming_it_the_damage_and_the_fix(
+    command: str, name: str, data: bytes, how: str, tmp_path: Path, capsys
+) -> None:
+    sweep = tmp_path / "sweep"
+    run = _run_dir(sweep / "devices-1")
+    (sweep / "sweep.json").write_bytes(_line(SWEEP))
+    damaged = (sweep if name == "sweep.json" else run) / name
+    damaged.write_bytes(data)
+    target = sweep if name == "sweep.json" else run
+    args = {"report": ["report", str(target), "--out", str(tmp_path / "report")]}.get(command, [command, str(run)])
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1, err
+    assert str(damaged) in err and how in err, err
+    assert "is damaged" in err or "not an object" in err
+    assert any(fix in err for fix in ("remove", "restore", "train the run again")), err
+
+
+def test_sound_files_with_an_unmeasured_mfu_make_a_report(tmp_path: Path, capsys) -> None:
+    run = _run_dir(tmp_path / "run")
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "report" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("word", ["--me", "-u", "*", "12 13", "", "１２"])
+def test_no_word_that_is_not_a_job_id_reaches_a_slurm_command(word: str) -> None:
+    for command in (cancel_job, job_state, requeue_job):
+        with pytest.raises(UserError, match="is not a Slurm job id"):
+            command(word)
+
+
+def test_logs_refuses_a_job_id_pattern(tmp_path: Path, capsys) -> None:
+    run = _run_dir(tmp_path / "run")
+    (run / "logs").mkdir()
+    (run / "logs" / "supertune-99.out").write_text("another job's log\n")
+    assert main(["logs", str(run), "--job", "*"]) == 2
+    out, err = capsys.readouterr()
+    assert "another job's log" not in out and "--job: * is not a job of" in err
+
+
+def test_rotation_never_deletes_a_rejected_checkpoint(tmp_path: Path) -> None:
+    layout = CheckpointDir(tmp_path / "checkpoints")
+    for step in (1, 2, 3):
+        ckpt = layout.root / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "model.safetensors").write_bytes(b"weights")
+        (ckpt / "supertune-checkpoint.json").write_text("{ damaged")  # the manifest's JSON only
+    (layout.root / ".rejected-checkpoint-3").mkdir()  # kept from an earlier start
+    (layout.root / "latest").write_text("checkpoint-3\n")
+    assert layout.resumable() is None  # every one fails its check: moved aside
+    layout.rotate(1)
+    kept = sorted(p.name for p in layout.root.iterdir() if p.name.startswith(".rejected-"))
+    assert kept == [
+        ".rejected-checkpoint-1",
+        ".rejected-checkpoint-2",
+        ".rejected-checkpoint-3",
+        ".rejected-checkpoint-3-2",
+    ]
+    assert (layout.root / ".rejected-checkpoint-3-2" / "model.safetensors").read_bytes() == b"weights"
