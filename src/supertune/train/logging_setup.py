@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 __all__ = ["setup_logging"]
@@ -14,7 +15,9 @@ def setup_logging() -> None:
 
     rank = launch_environment().rank
     level = logging.INFO if rank == 0 else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s supertune: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=level, format="%(asctime)s supertune: %(message)s", datefmt="%H:%M:%S", handlers=[_CurrentStderr()]
+    )
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if rank == 0 else "false")
     from transformers.utils import logging as hf_logging
 
@@ -33,6 +36,21 @@ def setup_logging() -> None:
         message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
         category=FutureWarning,
     )
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A handler that writes to sys.stderr as it is at each record, not as it was when logging was set
+    up: a caller in the same process that swaps stderr and closes its stand-in (a test's capture, a
+    notebook cell) otherwise leaves a handler on a closed file, and every later record prints
+    "--- Logging error ---" with a traceback."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 def _quiet_progress_bars() -> None:
