@@ -6,7 +6,8 @@ manifest lists every rank's files and is checked on resume. The embedded tiny Ll
 global batch of 16, a checkpoint every 4, fp32. Every run asks for hybrid sharding: with `--nproc 2`
 (one node) that is full sharding over the 2 processes, the mesh {dp_shard: 2}; two torchrun agents
 joined as 2 nodes of 2 make it the 2 x 2 mesh (dp_replicate, dp_shard), so one uninterrupted run
-serves as the reference for both.
+serves as the reference for both. `supertune average` reads the reference's sharded checkpoints as
+the run's saved model.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def test_average_reads_a_sharded_checkpoint_as_the_runs_saved_model(reference, t
     shards (read a tensor at a time under the names save_pretrained gives them, the tied lm_head.weight
     left out) give model/ back bit for bit, as a Hugging Face model directory; checkpoints 8 and 12
     give the token-weighted mean of what torch's own reader gathers from them. A changed byte in one
-    rank's file is refused in one line, and nothing is written."""
+    rank's file is refused in one line, and nothing is written; so is a config of another model."""
     import numpy as np
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -149,6 +150,19 @@ def test_average_reads_a_sharded_checkpoint_as_the_runs_saved_model(reference, t
         "the checkpoint is damaged, average another one"
     )
     assert not (tmp_path / "refused").exists() and not list(tmp_path.glob(".refused.partial-*"))
+
+    # A config that builds another model than the one stored (3 layers, the same file size) is refused.
+    other = tmp_path / "other-config"
+    shutil.copytree(last, other)
+    config = (other / "config.json").read_text()
+    (other / "config.json").write_text(config.replace('"num_hidden_layers": 4', '"num_hidden_layers": 3'))
+    with pytest.raises(UserError) as refused:
+        average_checkpoints([model, other], tmp_path / "refused")
+    assert str(refused.value) == (
+        f"MODEL {other}: an FSDP sharded checkpoint whose tensors cannot be read as a saved model: 9 stored "
+        "tensor(s) are not the config's model's, e.g. model.layers.3.self_attn.q_proj.weight; average that "
+        "run's final model/ instead"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..distributed.fsdp_checkpoint import (
-    MODEL_DIR,
-    read_full_tensor,
-    sharded_model_files,
-    sharded_model_tensors,
-)
+from ..distributed.fsdp_checkpoint import MODEL_DIR, FullTensorReader, sharded_model_files
 from ..errors import UserError, first_line
 from ..modeling.saved_tensors import saved_tensors
 from ..weight_files.dtypes import ITEM_SIZE
@@ -61,16 +56,16 @@ class ShardedWeights:
         self.label = label
         self.index: Path | None = None
         self.where: dict[str, tuple[Any, TensorEntry]] = {}
-        self._torch_dtypes: dict[str, Any] = {}
         self._current: tuple[str, Any, np.ndarray] | None = None
         try:
-            stored = sharded_model_tensors(self.directory)
+            self._reader = FullTensorReader(self.directory)
         except Exception as exc:  # DCP unpickles .metadata: any damage surfaces as some exception
             raise self._damaged(f"{MODEL_DIR}/.metadata is unreadable ({first_line(exc)})") from None
         try:
             saved = saved_tensors(self.directory)
         except ValueError as exc:
             raise self._refused(str(exc)) from None
+        stored = self._reader.tensors
         problem = _names_problem(stored, saved.kept, saved.left_out)
         if problem:
             raise self._refused(problem)
@@ -79,7 +74,6 @@ class ShardedWeights:
             dtype = _DTYPES.get(str(torch_dtype).removeprefix("torch."))
             if dtype is None:
                 raise self._refused(f"tensor {name} is {torch_dtype}, which averaging does not read")
-            self._torch_dtypes[name] = torch_dtype
             self.where[name] = (self, TensorEntry(name, dtype, shape, 0, math.prod(shape) * ITEM_SIZE[dtype]))
 
     def _refused(self, why: str) -> UserError:
@@ -109,7 +103,7 @@ class ShardedWeights:
             self._current = None  # the previous tensor goes before the next one is read
             entry = self.entry(name)
             try:
-                tensor = read_full_tensor(self.directory, name, self._torch_dtypes[name], entry.shape)
+                tensor = self._reader.read(name)
             except ValueError as exc:
                 raise self._damaged(f"tensor {name} could not be read from {MODEL_DIR}/ ({exc})") from None
             flat = tensor.reshape(-1)

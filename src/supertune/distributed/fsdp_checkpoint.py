@@ -19,10 +19,10 @@ over the shard count; shards replicated across nodes under hybrid are written on
 process then reads every rank's files once to hash them for the manifest, as for DeepSpeed's, so
 the checkpoint directory must be on a file system all nodes see.
 
-Reading without the run: `sharded_model_tensors` lists the model's tensors from `.metadata` alone,
-and `read_full_tensor` assembles one of them whole in one process with no process group (DCP's
-`no_dist` load into a tensor of the full shape), which is how `supertune average` reads an FSDP
-checkpoint: one tensor in memory at a time, plus the stored slice being copied into it.
+Reading without the run: `FullTensorReader` lists the model's tensors from `.metadata` alone and
+assembles one of them whole in one process with no process group (DCP's `no_dist` load into a
+tensor of the full shape), which is how `supertune average` reads an FSDP checkpoint: one tensor in
+memory at a time, plus the stored slice being copied into it.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ __all__ = [
     "load_sharded_model",
     "load_sharded_optimizer",
     "sharded_model_files",
-    "sharded_model_tensors",
-    "read_full_tensor",
+    "FullTensorReader",
 ]
 
 MODEL_DIR = "fsdp_model"
@@ -106,45 +105,54 @@ def sharded_model_files(checkpoint: Path) -> list[Path]:
     return [folder / _METADATA] + sorted(p for p in folder.glob("*.distcp") if p.is_file())
 
 
-def sharded_model_tensors(checkpoint: Path) -> dict[str, tuple[Any, tuple[int, ...]]]:
-    """{name: (torch dtype, full shape)} of every tensor in checkpoint/fsdp_model, in the order they
-    were saved (the model's), from DCP's metadata alone. Raises what unpickling the metadata raises."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+class FullTensorReader:
+    """checkpoint/fsdp_model read back one whole tensor at a time, in this process, with no process
+    group: DCP's `no_dist` load into a tensor of the full shape. `.metadata` is unpickled once (DCP
+    would read it again for every load: a rank count x tensor count of entries each time).
 
-    metadata = FileSystemReader(Path(checkpoint) / MODEL_DIR).read_metadata()
-    return {
-        name: (item.properties.dtype, tuple(int(x) for x in item.size))
-        for name, item in metadata.state_dict_metadata.items()
-        if isinstance(item, TensorStorageMetadata)
-    }
+    Memory per read: the tensor, plus the one stored slice DCP deserialises before copying it in
+    (the tensor over the shard count). Raises what unpickling the metadata raises."""
 
+    def __init__(self, checkpoint: Path) -> None:
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-def read_full_tensor(checkpoint: Path, name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
-    """One tensor of checkpoint/fsdp_model whole, assembled in this process from every rank's slices.
+        self._reader = FileSystemReader(Path(checkpoint) / MODEL_DIR)
+        metadata = self._reader.read_metadata()
 
-    No process group is needed or joined (DCP's `no_dist` load). Memory: the tensor, plus the one
-    stored slice DCP deserialises before copying it in (the tensor over the shard count). ValueError
-    naming the reason when a file cannot be read (DCP wraps it in a CheckpointException, which is
-    no Exception)."""
-    import warnings
+        def read_metadata(*args: Any, **kwargs: Any) -> Any:
+            metadata.storage_meta.load_id = self._reader.load_id  # as FileSystemReader sets it
+            return metadata
 
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.api import CheckpointException
+        self._reader.read_metadata = read_metadata  # type: ignore[method-assign]
+        self.tensors: dict[str, tuple[Any, tuple[int, ...]]] = {
+            name: (item.properties.dtype, tuple(int(x) for x in item.size))
+            for name, item in metadata.state_dict_metadata.items()
+            if isinstance(item, TensorStorageMetadata)
+        }
+        """{name: (torch dtype, full shape)} of every tensor, in the order they were saved (the model's)."""
 
-    tensor = torch.empty(shape, dtype=dtype)
-    try:
-        with warnings.catch_warnings():
-            # "torch.distributed is disabled ... assuming ... a single process": that is the intent here
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load({name: tensor}, storage_reader=FileSystemReader(Path(checkpoint) / MODEL_DIR), no_dist=True)
-    except CheckpointException as exc:
-        raise ValueError(_reason(next(iter(exc.failures.values()))[0])) from None
-    except Exception as exc:
-        raise ValueError(_reason(exc)) from None
-    return tensor
+    def read(self, name: str) -> Any:
+        """Tensor `name` whole, assembled from every rank's slices. ValueError naming the reason when a
+        file cannot be read (DCP wraps it in a CheckpointException, which is no Exception)."""
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        dtype, shape = self.tensors[name]
+        tensor = torch.empty(shape, dtype=dtype)
+        try:
+            with warnings.catch_warnings():
+                # "torch.distributed is disabled ... assuming ... a single process": that is the intent here
+                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+                dcp.load({name: tensor}, storage_reader=self._reader, no_dist=True)
+        except CheckpointException as exc:
+            raise ValueError(_reason(next(iter(exc.failures.values()))[0])) from None
+        except Exception as exc:
+            raise ValueError(_reason(exc)) from None
+        return tensor
 
 
 def _reason(exc: BaseException) -> str:
