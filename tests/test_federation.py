@@ -373,17 +373,58 @@ def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Pat
     assert ours.keys() == theirs.keys() and all((ours[k] == theirs[k]).all() for k in ours)
 
 
-def test_an_fsdp_site_is_refused_until_averaging_reads_sharded_checkpoints() -> None:
+def test_kept_optimizer_state_is_refused_at_an_fsdp_site() -> None:
     from supertune.config.errors import ConfigError
     from supertune.federation.schema import FederationConfig, SiteConfig
     from supertune.federation.sites import resolve_sites
 
+    sites = [SiteConfig(name="a", overrides=["distributed.strategy=fsdp"]), SiteConfig(name="b")]
+    assert [p.config.distributed.strategy for p in resolve_sites(FederationConfig(sites=sites))] == ["fsdp", "ddp"]
     with pytest.raises(ConfigError) as refused:
-        resolve_sites(FederationConfig(sites=[
-            SiteConfig(name="a", overrides=["distributed.strategy=fsdp"]),
-            SiteConfig(name="b", overrides=["distributed.strategy=zero3"]),
-        ]))  # fmt: skip
+        resolve_sites(FederationConfig(sites=sites, optimizer_state="kept"))
     assert refused.value.problems == [
-        "sites[0] (a): distributed.strategy: fsdp writes sharded checkpoints, which the federation's average "
-        "does not read yet; use distributed.strategy=zero3 (also sharded) at this site"
+        "sites[0] (a): optimizer_state: kept carries a torch optimizer's state between rounds, which "
+        "distributed.strategy=fsdp does not save as one; use optimizer_state: fresh or distributed.strategy=ddp"
     ]
+
+
+@pytest.mark.slow
+def test_an_fsdp_site_is_averaged_from_its_sharded_checkpoints(tmp_path: Path) -> None:
+    """site-a trains with FSDP over 2 processes (full sharding), site-b with DDP in one, 2 rounds. Each
+    round's global model is the average of the sites' checkpoints (site-a's: every rank's shards) and
+    equals `supertune average` of the two runs' gathered final models."""
+    from supertune.averaging import average_checkpoints
+
+    sites = []
+    for name, strategy in (("site-a", ["distributed.strategy=fsdp", "launch.nproc=2"]), ("site-b", [])):
+        train, validation = site_corpus(name)
+        sites.append({
+            "name": name,
+            "steps_per_round": 2,
+            "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *TINY_SITE,
+                          "training.warmup_steps=0", "data.max_eval_samples=8", "training.global_batch_size=8",
+                          *strategy],
+        })  # fmt: skip
+    config = tmp_path / "federation.yaml"
+    config.write_text(yaml.safe_dump({"name": "fed-fsdp", "base_config_overrides": {"num_hidden_layers": 1},
+                                      "rounds": 2, "sites": sites}), encoding="utf-8")  # fmt: skip
+    fed_dir = tmp_path / "fed"
+    proc = _federate(str(config), "--dir", str(fed_dir))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for number in (1, 2):
+        rd = fed_dir / f"round-{number:03d}"
+        runs = [rd / site / "run" for site in ("site-a", "site-b")]
+        summary = json.loads((runs[0] / "summary.json").read_text())
+        assert summary["sharding"]["wrapper"].startswith("FSDP") and summary["sharding"]["mesh"] == {"dp_shard": 2}
+        checkpoints = [
+            json.loads((rd / site / "trained.json").read_text())["checkpoint"] for site in ("site-a", "site-b")
+        ]
+        assert (Path(checkpoints[0]) / "fsdp_model" / ".metadata").is_file()
+        assert not list(Path(checkpoints[0]).glob("*.safetensors"))
+        manifest = json.loads((rd / "global" / "supertune-average.json").read_text())
+        assert [i["directory"] for i in manifest["inputs"]] == checkpoints
+        gathered = tmp_path / f"gathered-{number}"
+        average_checkpoints(runs, gathered)  # `supertune average` of the run directories: their model/
+        ours = load_file(rd / "global" / "model-00001-of-00001.safetensors")
+        theirs = load_file(gathered / "model-00001-of-00001.safetensors")
+        assert _max_difference(ours, theirs) == 0.0

@@ -6,7 +6,8 @@ manifest lists every rank's files and is checked on resume. The embedded tiny Ll
 global batch of 16, a checkpoint every 4, fp32. Every run asks for hybrid sharding: with `--nproc 2`
 (one node) that is full sharding over the 2 processes, the mesh {dp_shard: 2}; two torchrun agents
 joined as 2 nodes of 2 make it the 2 x 2 mesh (dp_replicate, dp_shard), so one uninterrupted run
-serves as the reference for both.
+serves as the reference for both. `supertune average` reads the reference's sharded checkpoints as
+the run's saved model.
 """
 
 from __future__ import annotations
@@ -92,20 +93,76 @@ def test_a_sharded_checkpoint_lists_every_ranks_files_and_gathers_nothing(refere
     # each rank's model file holds about half of the weights (5 MB in fp32, tied embeddings saved once per name)
     rank0, rank1 = (manifest.files[f"fsdp_model/__{r}_0.distcp"]["size"] for r in (0, 1))
     assert abs(rank0 - rank1) < 0.05 * rank0
-    # averaging reads full weights: an FSDP checkpoint is refused in one line that names the way out
-    average = subprocess.run(
-        [sys.executable, "-m", "supertune", "average", str(layout.final(8)), str(layout.final(12)), "--out",
-         str(reference.parent / "average")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert average.returncode == 2 and "Traceback" not in average.stderr
-    assert average.stderr.strip().splitlines() == [
-        f"supertune: error: MODEL {layout.final(8)}: no weights to average in {layout.final(8)} (it is an FSDP run's "
-        "sharded checkpoint (fsdp_model/: every rank's shards), which averaging does not read yet; average that "
-        "run's final model/ instead)"
-    ]
+
+
+def test_average_reads_a_sharded_checkpoint_as_the_runs_saved_model(reference, tmp_path):
+    """checkpoint-12 is the run's last step. Averaged with itself or with the run's gathered model/, its
+    shards (read a tensor at a time under the names save_pretrained gives them, the tied lm_head.weight
+    left out) give model/ back bit for bit, as a Hugging Face model directory; checkpoints 8 and 12
+    give the token-weighted mean of what torch's own reader gathers from them. A changed byte in one
+    rank's file is refused in one line, and nothing is written; so is a config of another model."""
+    import numpy as np
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from transformers import AutoModelForCausalLM
+
+    from supertune.averaging import average_checkpoints
+    from supertune.errors import UserError
+
+    layout = CheckpointDir(reference / "checkpoints")
+    last, earlier, model = layout.final(12), layout.final(8), reference / "model"
+    want = load_file(model / "model.safetensors")
+    assert "lm_head.weight" not in want  # tied to the embeddings: saved once
+    for name, inputs in (("itself", [last, last]), ("with-model", [last, model])):
+        manifest = average_checkpoints(inputs, tmp_path / name)
+        assert manifest.inputs[0]["described"] == "checkpoint (FSDP shards)"
+        assert "fsdp_model/__1_0.distcp" in manifest.inputs[0]["files"]
+        got = load_file(tmp_path / name / "model-00001-of-00001.safetensors")
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+        for side in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+            assert json.loads((tmp_path / name / side).read_text()) == json.loads((model / side).read_text()), side
+    AutoModelForCausalLM.from_pretrained(tmp_path / "itself")  # plain transformers loads it, no key missing
+
+    manifest = average_checkpoints([earlier, last], tmp_path / "8-and-12")
+    weights = [i["weight"] for i in manifest.inputs]
+    assert weights == pytest.approx([8 / 20, 12 / 20])
+    states = []
+    for checkpoint in (earlier, last):
+        dcp_to_torch_save(checkpoint / "fsdp_model", tmp_path / f"{checkpoint.name}.pt")
+        states.append(torch.load(tmp_path / f"{checkpoint.name}.pt", weights_only=True))
+    got = load_file(tmp_path / "8-and-12" / "model-00001-of-00001.safetensors")
+    assert got.keys() == want.keys()
+    for k in want:
+        mean = states[0][k].numpy() * np.float32(weights[0]) + states[1][k].numpy() * np.float32(weights[1])
+        assert np.abs(got[k].numpy() - mean).max() <= 1e-6 * max(1.0, float(np.abs(mean).max())), k
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(last, damaged)
+    with (damaged / "fsdp_model" / "__1_0.distcp").open("r+b") as f:  # same size, one byte changed
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(UserError) as refused:
+        average_checkpoints([model, damaged], tmp_path / "refused")
+    assert str(refused.value) == (
+        f"input 2 ({damaged}): fsdp_model/__1_0.distcp does not match its checkpoint manifest (sha256); "
+        "the checkpoint is damaged, average another one"
+    )
+    assert not (tmp_path / "refused").exists() and not list(tmp_path.glob(".refused.partial-*"))
+
+    # A config that builds another model than the one stored (3 layers, the same file size) is refused.
+    other = tmp_path / "other-config"
+    shutil.copytree(last, other)
+    config = (other / "config.json").read_text()
+    (other / "config.json").write_text(config.replace('"num_hidden_layers": 4', '"num_hidden_layers": 3'))
+    with pytest.raises(UserError) as refused:
+        average_checkpoints([model, other], tmp_path / "refused")
+    assert str(refused.value) == (
+        f"MODEL {other}: an FSDP sharded checkpoint whose tensors cannot be read as a saved model: 9 stored "
+        "tensor(s) are not the config's model's, e.g. model.layers.3.self_attn.q_proj.weight; average that "
+        "run's final model/ instead"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 `average_checkpoints` averages run directories, checkpoints, saved models or LoRA adapters, weighted
 by tokens seen (by default), streaming a slice of a tensor at a time, with an optional FedAvgM
 server step; everything it refuses is refused before anything is written (docs/federated.md).
-Importing this package imports numpy, not torch.
+Importing this package imports numpy, not torch; an FSDP run's sharded checkpoint among the inputs
+imports torch and transformers to read it (sharded_input.py).
 """
 
 from .average import DEFAULT_MAX_SHARD_BYTES, average_checkpoints

@@ -112,7 +112,12 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
             hashes = {p: hashing.submit(sha256_file, p) for p in sorted(set(paths), key=lambda p: -p.stat().st_size)}
             if job.server:
                 job.server.open_writer(momentum_path, job.planned, job.averaged)
-            files, weight_map = _stream(job, staging, writers, say)
+            try:
+                files, weight_map = _stream(job, staging, writers, say)
+            except UserError:
+                # A file that could not be read is better named by its manifest, when it differs from it.
+                _verified_hashes(job, hashes)
+                raise
             momentum_record = None
             if job.server and job.server.writer:
                 digest = job.server.writer.finish()
@@ -190,10 +195,11 @@ def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, 
             continue
         kind = "checkpoint" if inp.checkpoint is not None else "model"
         for path in inp.files:
-            expected = recorded.get(path.name)
+            name = path.relative_to(inp.directory).as_posix()  # fsdp_model/__0_0.distcp: manifests key by relative path
+            expected = recorded.get(name)
             if expected is not None and expected["sha256"] != digests[path]:
                 problems.append(
-                    f"{inp.label(i)}: {path.name} does not match its {kind} manifest (sha256); the {kind} is damaged, average another one"
+                    f"{inp.label(i)}: {name} does not match its {kind} manifest (sha256); the {kind} is damaged, average another one"
                 )
     if problems:
         raise UserError(joined_problems(problems))

@@ -3,7 +3,7 @@ its count of tokens and samples seen comes from.
 
 | argument | weights read from | tokens | samples |
 | --- | --- | --- | --- |
-| a checkpoint (`supertune-checkpoint.json`) | the checkpoint | its manifest's `tokens_seen` | its manifest's `samples_seen` |
+| a checkpoint (`supertune-checkpoint.json`) | the checkpoint (an FSDP run's: its `fsdp_model/` shards) | its manifest's `tokens_seen` | its manifest's `samples_seen` |
 | a finished run directory | its `model/` | the run's `summary.json` `train_tokens` | the manifest of the run's checkpoint at its final step |
 | an unfinished run directory (no `model/`) | the checkpoint `checkpoints/latest` names | as for that checkpoint | as for that checkpoint |
 | `<run dir>/model` | itself | as for its run | as for its run |
@@ -11,6 +11,8 @@ its count of tokens and samples seen comes from.
 | any other model directory | itself | unknown | unknown |
 
 Token-weighted averages of averages therefore equal the flat average over all the original inputs.
+An FSDP run's checkpoint holds no safetensors: its shards are read through sharded_input.py, under
+the names the run's saved model/ has.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..distributed.fsdp_checkpoint import is_sharded_checkpoint
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
 from ..weight_files.tensor_files import INDEX_SUFFIX, WeightFiles
+from .sharded_input import ShardedWeights
 
 __all__ = [
     "ModelInput",
@@ -74,7 +77,8 @@ class ModelInput:
     """Absolute path of the directory holding the weights."""
     described: str
     """What the argument was found to be, for messages: 'checkpoint', 'run directory (its model/)', ..."""
-    weights: WeightFiles
+    weights: WeightFiles | ShardedWeights
+    """Safetensors files, or an FSDP checkpoint's shards read as the tensors of a saved model."""
     adapter: bool
     """LoRA adapters (adapter_model.safetensors + adapter_config.json) rather than a full model."""
     tokens: int | None
@@ -232,13 +236,11 @@ def _make(
     text: str, directory: Path, described: str, tokens: tuple[int | None, str], samples: tuple[int | None, str]
 ) -> ModelInput:
     name = _weights_file(directory)
-    if name is None:
+    sharded = name is None and is_sharded_checkpoint(directory)
+    if name is None and not sharded:
         others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".safetensors"))
         hint = (
-            "it is an FSDP run's sharded checkpoint (fsdp_model/: every rank's shards), which averaging does not "
-            "read yet; average that run's final model/ instead"
-            if is_sharded_checkpoint(directory)
-            else f"it holds {', '.join(others[:3])}; only safetensors weights are averaged (save them again with save_pretrained)"
+            f"it holds {', '.join(others[:3])}; only safetensors weights are averaged (save them again with save_pretrained)"
             if others
             else "it holds no model.safetensors, index or adapter_model.safetensors"
         )
@@ -248,12 +250,13 @@ def _make(
     # Sizes against the manifest now (a stat per file); the sha256 is compared while the average reads every file.
     damaged = model_manifest_size_problems(directory)
     if damaged:
-        raise UserError(f"MODEL {text}: {damaged[0]}; the model is damaged, average another one")
+        what = "checkpoint" if (directory / MANIFEST_FILE).is_file() else "model"
+        raise UserError(f"MODEL {text}: {damaged[0]}; the {what} is damaged, average another one")
     return ModelInput(
         arg=text,
         directory=directory,
-        described=described,
-        weights=WeightFiles(directory, name),
+        described=described + (" (FSDP shards)" if sharded else ""),
+        weights=ShardedWeights(directory, f"MODEL {text}") if sharded else WeightFiles(directory, name),
         adapter=adapter,
         tokens=tokens[0],
         tokens_source=tokens[1],

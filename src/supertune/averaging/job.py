@@ -142,10 +142,11 @@ def _checkpoint_sizes(models: list[ModelInput]) -> list[str]:
         if inp.checkpoint is None:
             continue
         for path in inp.files:
-            expected = inp.checkpoint.files.get(path.name)
+            name = path.relative_to(inp.directory).as_posix()
+            expected = inp.checkpoint.files.get(name)
             if expected is not None and path.stat().st_size != expected["size"]:
                 problems.append(
-                    f"{inp.label(i)}: {path.name} is {path.stat().st_size} bytes, its checkpoint manifest says {expected['size']}; "
+                    f"{inp.label(i)}: {name} is {path.stat().st_size} bytes, its checkpoint manifest says {expected['size']}; "
                     "the checkpoint is damaged, average another one"
                 )
                 break

@@ -7,9 +7,10 @@ import sys
 
 DESCRIPTION = (
     "Federated averaging (FedAvg): out = sum_i w_i * model_i with the weights normalised, each MODEL a run "
-    "directory, a checkpoint, a saved model or LoRA adapter directory. Weighted by tokens seen by default "
-    "(from checkpoint manifests and run summaries). Streams a slice of a tensor at a time, so memory stays "
-    "at a few slices whatever the model's size, and writes sharded safetensors with an index, the config, "
+    "directory, a checkpoint (an FSDP run's sharded one too), a saved model or LoRA adapter directory. Weighted "
+    "by tokens seen by default (from checkpoint manifests and run summaries). Streams a slice of a tensor at a "
+    "time, so memory stays at a few slices whatever the model's size (an FSDP checkpoint: one whole tensor), "
+    "and writes sharded safetensors with an index, the config, "
     "the tokenizer and a manifest (supertune-average.json). Refuses, writing nothing, models that differ in "
     "architecture, tensors or tokenizer, NaN or Inf values, and outputs inside an input. docs/federated.md."
 )

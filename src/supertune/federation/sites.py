@@ -102,17 +102,12 @@ def _site_problems(fed: FederationConfig, site: SiteConfig, cfg: RunConfig) -> l
         p.append(
             "model.lora.enabled: a federation averages whole models; LoRA sites are not supported (average adapters with supertune average)"
         )
+    # An fsdp site's checkpoints are every rank's shards: the average reads them a tensor at a time
+    # (averaging.sharded_input); its optimizer state is DCP's, which init_optimizer_from does not read.
     if fed.optimizer_state == "kept" and cfg.distributed.strategy in STRATEGIES_WITH_OWN_OPTIMIZER + ("fsdp",):
         p.append(
             f"optimizer_state: kept carries a torch optimizer's state between rounds, which distributed.strategy="
             f"{cfg.distributed.strategy} does not save as one; use optimizer_state: fresh or distributed.strategy=ddp"
-        )
-    if cfg.distributed.strategy == "fsdp":
-        # Each round averages the sites' checkpoints, and an fsdp site's are every rank's shards,
-        # which averaging does not read yet.
-        p.append(
-            "distributed.strategy: fsdp writes sharded checkpoints, which the federation's average does not read yet; "
-            "use distributed.strategy=zero3 (also sharded) at this site"
         )
     if cfg.data.streaming and cfg.data.store is None:
         p.append(

@@ -136,7 +136,12 @@ class GuardedTrainer(Trainer):
             # What the checkpoint is a model of, for a reader that has no run config at hand.
             base = self.accelerator.unwrap_model(self.model)
             base = base.get_base_model() if hasattr(base, "get_base_model") else base
+            # As save_pretrained writes them (fully_shard renames the class FSDP<name>): averaging
+            # compares them with a saved model's, and an average of this checkpoint carries them.
+            base.config.architectures = [type(base).__name__.removeprefix("FSDP")]
             base.config.save_pretrained(output_dir)
+            if base.can_generate():
+                base.generation_config.save_pretrained(output_dir)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(output_dir)
         self._save_scaler(output_dir)
