@@ -20,7 +20,15 @@ from ..errors import UserError
 from .layout import FederationDir
 from .schema import FederationConfig, SiteConfig
 
-__all__ = ["load_federation", "federation_problems", "federation_text", "login_parts", "plain_path", "SITE_NAME"]
+__all__ = [
+    "load_federation",
+    "federation_problems",
+    "server_defaults",
+    "federation_text",
+    "login_parts",
+    "plain_path",
+    "SITE_NAME",
+]
 
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 # StreamFlow writes working directories and environment values into shell commands unquoted
@@ -40,7 +48,9 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
     if path is None:
         from .default import default_federation
 
-        return default_federation(), None
+        fed = default_federation()
+        server_defaults(fed)
+        return fed, None
     p = Path(path).expanduser()
     resumed = None
     if p.is_dir():
@@ -55,11 +65,25 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
         )
     data = read_yaml_mapping(p, "federation config", "keys (name:, rounds:, sites:, ...)")
     fed = build_config(FederationConfig, data)
+    server_defaults(fed)
     _absolute_paths(fed, p.absolute().parent)
     problems = federation_problems(fed)
     if problems:
         raise ConfigError(problems)
     return fed, resumed
+
+
+def server_defaults(fed: FederationConfig) -> None:
+    """Fill in the server learning rate and momentum left empty with the server optimizer's defaults, so
+    that the federation's directory records the numbers used (a federation written before
+    server_optimizer existed, which recorded 1.0 and 0.0, reads as the same settings)."""
+    from ..averaging import default_lr, default_momentum
+
+    a = fed.aggregation
+    if a.server_lr is None:
+        a.server_lr = default_lr(a.server_optimizer)
+    if a.server_momentum is None:
+        a.server_momentum = default_momentum(a.server_optimizer)
 
 
 def _absolute_paths(fed: FederationConfig, base: Path) -> None:
@@ -87,12 +111,16 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     if fed.poll_seconds < 1 or not math.isfinite(fed.poll_seconds):
         p.append(f"poll_seconds: must be at least 1 (a scheduler is not asked more often), got {fed.poll_seconds}")
     a = fed.aggregation
-    if not (math.isfinite(a.server_lr) and a.server_lr > 0):
+    if a.server_lr is not None and not (math.isfinite(a.server_lr) and a.server_lr > 0):
         p.append(f"aggregation.server_lr: must be a positive number (1 is plain FedAvg), got {a.server_lr}")
-    if not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
+    if a.server_momentum is not None and not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
         p.append(
             f"aggregation.server_momentum: must be in [0, 1) (0.9 is usual; 0 keeps none), got {a.server_momentum}"
         )
+    if not (math.isfinite(a.server_beta2) and 0 <= a.server_beta2 < 1):
+        p.append(f"aggregation.server_beta2: must be in [0, 1) (0.99 is usual), got {a.server_beta2}")
+    if not (math.isfinite(a.server_tau) and a.server_tau > 0):
+        p.append(f"aggregation.server_tau: must be a positive number (1e-3 is usual), got {a.server_tau}")
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:

@@ -61,10 +61,19 @@ def average_round(
     a = fed.aggregation
     fixed = [s.weight for s in fed.sites]
     weights: str | list[float] = [float(w) for w in fixed] if fixed and fixed[0] is not None else a.weights
+    # Plain FedAvg (fedavgm, lr 1, no momentum) needs no server step: the average is the global model.
+    plain = a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum
     server = (
-        ServerStep(global_model=previous, lr=a.server_lr, momentum=a.server_momentum)
-        if (a.server_lr != 1 or a.server_momentum)
-        else None
+        None
+        if plain
+        else ServerStep(
+            global_model=previous,
+            lr=a.server_lr,
+            momentum=a.server_momentum,
+            optimizer=a.server_optimizer,
+            beta2=a.server_beta2,
+            tau=a.server_tau,
+        )
     )
     started = time.time()
     try:

@@ -19,10 +19,16 @@ class AggregationConfig:
     """Weight of each site: the tokens (or sequences) it trained on this round, or equal; a site's `weight` overrides."""
     dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
     """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
-    server_lr: float = 1.0
-    """Server learning rate (FedAvgM): the global model moves by server_lr x the averaged change; 1 is plain FedAvg."""
-    server_momentum: float = 0.0
-    """Server momentum in [0, 1) (FedAvgM); 0 keeps none."""
+    server_optimizer: Literal["fedavgm", "fedadam", "fedyogi", "fedadagrad", "nesterov"] = "fedavgm"
+    """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated.md."""
+    server_lr: float | None = None
+    """Server learning rate; empty: the optimizer's default, 1 for fedavgm (plain FedAvg), 0.7 for nesterov, 0.01 for fedadam, fedyogi, fedadagrad."""
+    server_momentum: float | None = None
+    """Server momentum (beta1) in [0, 1); empty: 0 for fedavgm (none kept), 0.9 for the others."""
+    server_beta2: float = 0.99
+    """fedadam, fedyogi: decay of the second moment, in [0, 1)."""
+    server_tau: float = 0.001
+    """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
 
 
 @dataclass
