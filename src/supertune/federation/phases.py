@@ -54,8 +54,10 @@ def average_round(
     previous: Path,
     out: Path,
     receipt: Path,
+    left_out: dict[str, str] | None = None,
 ) -> dict:
-    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt."""
+    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt (with the
+    sites `left_out` of the round after failing, and why)."""
     from ..averaging import ServerStep, average_checkpoints, read_average_manifest
 
     a = fed.aggregation
@@ -88,6 +90,7 @@ def average_round(
         "global_model": str(out),
         "weights": {name: i["weight"] for name, i in zip(sites, manifest.inputs)},
         "tokens": {name: i["tokens"] for name, i in zip(sites, manifest.inputs)},
+        "left_out": dict(left_out or {}),
         "seconds": time.time() - started,
     }
     write_receipt(receipt, record)
