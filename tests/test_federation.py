@@ -450,8 +450,11 @@ def test_a_federation_saved_before_the_server_optimizer_keys_resumes_with_its_ya
     shutil.copytree(uninterrupted, fed_dir, ignore=lambda d, names: {"run"} & set(names))
     saved = yaml.safe_load((fed_dir / "federation.yaml").read_text())
     assert saved["aggregation"]["server_lr"] == 1.0 and saved["aggregation"]["server_momentum"] == 0.0
-    for key in ("server_optimizer", "server_beta2", "server_tau"):  # as written before these keys existed
+    for key in ("server_optimizer", "server_beta2", "server_tau", "min_sites"):  # as written before these keys existed
         del saved["aggregation"][key]
+    del saved["site_retries"]
+    for site in saved["sites"]:
+        del site["from_round"], site["until_round"]
     (fed_dir / "federation.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
     federate(str(uninterrupted.parent / "federation.yaml"), str(fed_dir))  # the same settings: resumed, nothing to do
     with pytest.raises(UserError, match="holds a federation with other settings"):

@@ -134,3 +134,24 @@ def test_a_site_that_fails_every_attempt_is_left_out_and_the_round_goes_on(tmp_p
     # the decision is kept: run again, nothing is retried or redone
     again = federate(str(fed_dir))
     assert again.returncode == 0 and "training here" not in again.stderr, again.stderr[-3000:]
+
+
+def test_fixed_weights_follow_the_sites_averaged_when_some_are_not_in_the_round(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from average_models import make_checkpoint, save_model
+    from supertune.federation.phases import average_round
+
+    fed = FederationConfig(
+        rounds=2,
+        sites=[
+            SiteConfig(name="a", weight=1.0),
+            SiteConfig(name="b", weight=2.0, until_round=1),
+            SiteConfig(name="c", weight=3.0),
+        ],  # fmt: skip
+    )
+    models = [str(make_checkpoint(save_model(tmp_path / n, i), tokens=10, samples=1)) for i, n in enumerate("ac")]
+    record = average_round(
+        fed, 2, ["a", "c"], models, tmp_path / "previous", tmp_path / "global", tmp_path / "averaged.json",
+        left_out={"x": "reason"},
+    )  # fmt: skip
+    assert record["weights"] == {"a": 0.25, "c": 0.75} and record["left_out"] == {"x": "reason"}

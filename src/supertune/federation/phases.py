@@ -61,8 +61,11 @@ def average_round(
     from ..averaging import ServerStep, average_checkpoints, read_average_manifest
 
     a = fed.aggregation
-    fixed = [s.weight for s in fed.sites]
-    weights: str | list[float] = [float(w) for w in fixed] if fixed and fixed[0] is not None else a.weights
+    # fixed weights by name: the sites averaged may be fewer than the federation's (from_round, left out)
+    fixed = {s.name: s.weight for s in fed.sites}
+    weights: str | list[float] = (
+        [float(fixed[name] or 0.0) for name in sites] if fed.sites and fed.sites[0].weight is not None else a.weights
+    )
     # Plain FedAvg (fedavgm, lr 1, no momentum) needs no server step: the average is the global model.
     plain = a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum
     server = (
