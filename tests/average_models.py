@@ -123,7 +123,7 @@ def dtypes(directory: Path) -> set[torch.dtype]:
     return {
         t.dtype
         for f in directory.glob("*.safetensors")
-        if f.name != "server-momentum.safetensors"
+        if not f.name.startswith("server-")  # the server optimizer's state, float32 whatever the model's dtype
         for t in load_file(f).values()
     }
 

@@ -428,3 +428,75 @@ def test_an_fsdp_site_is_averaged_from_its_sharded_checkpoints(tmp_path: Path) -
         ours = load_file(rd / "global" / "model-00001-of-00001.safetensors")
         theirs = load_file(gathered / "model-00001-of-00001.safetensors")
         assert _max_difference(ours, theirs) == 0.0
+
+
+def _receipts_up_to_round_one_training(source: Path, target: Path, aggregation: dict) -> None:
+    """A copy of a federation's directory as it stood after round 1's local training, with other aggregation
+    settings and one round: round 1's training starts from the base model whatever the server optimizer,
+    so the sites' checkpoints (read where they are) serve every optimizer."""
+    import shutil
+
+    def keep(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        if here == source:
+            return {n for n in names if n.startswith("round-") and n not in ("round-000", "round-001")} | {
+                "rounds.json", "rounds.md", "rounds.png"}  # fmt: skip
+        if here == source / "round-001":
+            return {"global", "averaged.json"}
+        if here.parent == source / "round-001":
+            return {"evaluated.json", "run"}
+        return set()
+
+    shutil.copytree(source, target, ignore=keep)
+    config = yaml.safe_load((target / "federation.yaml").read_text())
+    config["rounds"] = 1
+    config["aggregation"].update(aggregation)
+    (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_every_server_optimizer_makes_a_global_model_better_than_the_base(uninterrupted: Path, tmp_path: Path) -> None:
+    """Round 1 of the federation again, averaged by each server optimizer with its default settings (in this
+    process: the cost is one average and two evaluations per optimizer, not a start of torch each)."""
+    from supertune.federation.run import federate
+
+    for optimizer in ("fedadam", "fedyogi", "fedadagrad", "nesterov"):
+        fed_dir = tmp_path / optimizer
+        _receipts_up_to_round_one_training(uninterrupted, fed_dir, {"server_optimizer": optimizer, "server_lr": None,
+                                                                   "server_momentum": None})  # fmt: skip
+        federate(str(fed_dir), None)
+        table = json.loads((fed_dir / "rounds.json").read_text())
+        for row in table["rows"]:
+            assert row["global"] < table["base"][row["site"]], (optimizer, row, table["base"])
+        server = json.loads((fed_dir / "round-001" / "global" / "supertune-average.json").read_text())["server"]
+        assert server["optimizer"] == optimizer and server["global_model"]["directory"] == str(
+            fed_dir / "round-000" / "global")  # fmt: skip
+        state = sorted(p.name for p in (fed_dir / "round-001" / "global").glob("server-*"))
+        adaptive = optimizer != "nesterov"
+        assert state == ["server-momentum.safetensors"] + (["server-second-moment.safetensors"] if adaptive else [])
+        # the settings were used: the round's global model is not plain FedAvg's
+        assert _max_difference(_global(fed_dir, 1), _global(uninterrupted, 1)) > 1e-4, optimizer
+
+
+@pytest.mark.slow
+def test_a_federation_saved_before_the_server_optimizer_keys_resumes_with_its_yaml(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from supertune.errors import UserError
+    from supertune.federation.run import federate
+
+    fed_dir = tmp_path / "fed"
+    shutil.copytree(uninterrupted, fed_dir, ignore=lambda d, names: {"run"} & set(names))
+    saved = yaml.safe_load((fed_dir / "federation.yaml").read_text())
+    assert saved["aggregation"]["server_lr"] == 1.0 and saved["aggregation"]["server_momentum"] == 0.0
+    for key in ("server_optimizer", "server_beta2", "server_tau", "min_sites"):  # as written before these keys existed
+        del saved["aggregation"][key]
+    del saved["site_retries"]
+    for site in saved["sites"]:
+        del site["from_round"], site["until_round"]
+    (fed_dir / "federation.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
+    federate(str(uninterrupted.parent / "federation.yaml"), str(fed_dir))  # the same settings: resumed, nothing to do
+    with pytest.raises(UserError, match="holds a federation with other settings"):
+        federate(str(_federation(tmp_path, aggregation={"server_optimizer": "fedadam"})), str(fed_dir))

@@ -1,11 +1,10 @@
 """Replay of docs/tutorials/two-site-llama-federated.md: a Llama fine-tuned at two sites (Leonardo,
 Karolina) on their own corpora, each site's documents templated "Write a document: {text}" with the
-tokenizer read from its own path, trained in bf16 mixed precision, started with plain srun at each
-site, then averaged into a global model saved in fp16. CPU-scaled: one round, the embedded tiny
-Llama, both sites as jobs on the Slurm test cluster with their profiles adapted to it.
-
-FSDP (each site's strategy in the recipe) needs GPUs; here the sites train with ddp, which is what
-their srun processes run on a CPU node (docs/strategies.md).
+tokenizer read from its own path, trained in bf16 mixed precision under FSDP (Leonardo
+`hybrid_zero2` on one node, Karolina `hybrid` across two), started with plain srun at each site,
+then averaged from the sites' sharded checkpoints into a global model saved in fp16. CPU-scaled: two
+rounds, the embedded tiny Llama, both sites as jobs on the two-node Slurm test cluster with their
+profiles adapted to it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,9 @@ pytestmark = pytest.mark.slow
 TUTORIAL = "docs/tutorials/two-site-llama-federated.md"
 
 
-def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster, tmp_path: Path, repo: Path) -> None:
+def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
+    slurm_multi: SlurmCluster, tmp_path: Path, repo: Path
+) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from supertune.embedded import default_tokenizer
@@ -35,7 +36,11 @@ def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster
     AutoTokenizer.from_pretrained(default_tokenizer()).save_pretrained(tokenizer_dir)
     config_dir = tmp_path / "config"
     sites = []
-    for name, corpus in (("leonardo", "site-a"), ("karolina", "site-b")):
+    # (site, corpus, sharding, nodes): 2 processes a node; hybrid on two nodes is a 2 x 2 mesh
+    for name, corpus, sharding, nodes in (
+        ("leonardo", "site-a", "hybrid_zero2", 1),
+        ("karolina", "site-b", "hybrid", 2),
+    ):
         site_on_test_cluster(config_dir, name)
         train, validation = site_corpus(corpus)
         write_yaml(tmp_path / f"{name}.yaml", {
@@ -44,40 +49,48 @@ def test_one_round_of_two_srun_sites_averaged_in_fp16(slurm_single: SlurmCluster
                      "block_size": 64, "max_eval_samples": 16},
             "training": {"per_device_train_batch_size": 4, "learning_rate": 2.0e-3, "bf16": True, "logging_steps": 2, "report_to": []},
             "generate": {"max_new_tokens": 0},
-            "launch": {"launcher": "srun", "nodes": 1, "procs_per_node": 2},
+            "distributed": {"strategy": "fsdp", "fsdp": {"sharding": sharding}},
+            "launch": {"launcher": "srun", "nodes": nodes, "procs_per_node": 2},
         })  # fmt: skip
         sites.append({"name": name, "config": f"{name}.yaml", "steps_per_round": 4, "where": name})
     federation = write_yaml(tmp_path / "federation.yaml", {
-        "name": "llama-2sites", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "poll_seconds": 1,
+        "name": "llama-2sites", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "poll_seconds": 1,
         "aggregation": {"weights": "tokens", "dtype": "fp16"}, "sites": sites,
     })  # fmt: skip
     fed_dir = tmp_path / "fed"
     proc = run_supertune(
-        "federate", str(federation), "--dir", str(fed_dir), env=client_env(slurm_single.env, config_dir), cwd=tmp_path
+        "federate", str(federation), "--dir", str(fed_dir), env=client_env(slurm_multi.env, config_dir), cwd=tmp_path
     )
     log = proc.stderr
-    for name in ("leonardo", "karolina"):
-        assert f"{name} round 1: submitted training job" in log, log[-3000:]
-        trained = json.loads((fed_dir / "round-001" / name / "trained.json").read_text())
-        run = Path(trained["run"])
-        script = (run / "job.sbatch").read_text()
-        assert "srun --kill-on-bad-exit=1 --ntasks-per-node=2" in script and "torch.distributed.run" not in script
-        config = saved_config(run)
-        assert (
-            config["model"]["tokenizer"] == str(tokenizer_dir)
-            and config["data"]["template"] == "Write a document: {text}"
-        )
-        assert json.loads((run / "summary.json").read_text())["mixed_precision"] == "bf16"
-        assert trained["step"] == 4
+    meshes = {"leonardo": {"dp_shard": 2}, "karolina": {"dp_replicate": 2, "dp_shard": 2}}
+    for number in (1, 2):
+        for name in ("leonardo", "karolina"):
+            assert f"{name} round {number}: submitted training job" in log, log[-3000:]
+            trained = json.loads((fed_dir / f"round-{number:03d}" / name / "trained.json").read_text())
+            run = Path(trained["run"])
+            script = (run / "job.sbatch").read_text()
+            assert "srun --kill-on-bad-exit=1 --ntasks-per-node=2" in script and "torch.distributed.run" not in script
+            config = saved_config(run)
+            assert (
+                config["model"]["tokenizer"] == str(tokenizer_dir)
+                and config["data"]["template"] == "Write a document: {text}"
+            )
+            summary = json.loads((run / "summary.json").read_text())
+            assert summary["mixed_precision"] == "bf16" and summary["sharding"]["mesh"] == meshes[name], summary
+            assert trained["step"] == 4  # each round a run of steps_per_round from the global model
+            # what the round averaged: the site's sharded checkpoint, every rank's shards
+            assert (Path(trained["checkpoint"]) / "fsdp_model").is_dir(), trained
 
     # the global model: fp16, loads with plain transformers, better on both sites' data than the base
-    [global_dir] = [p for p in (fed_dir / "round-001").iterdir() if p.is_dir() and (p / "config.json").is_file()]
+    [global_dir] = [p for p in (fed_dir / "round-002").iterdir() if p.is_dir() and (p / "config.json").is_file()]
     weights = {k: v for f in global_dir.glob("*.safetensors") for k, v in load_file(f).items()}
     assert {t.dtype for t in weights.values()} == {torch.float16}
     assert json.loads((global_dir / "config.json").read_text())["dtype"] == "float16"
     assert {p.dtype for p in AutoModelForCausalLM.from_pretrained(global_dir).parameters()} == {torch.float16}
     table = json.loads((fed_dir / "rounds.json").read_text())
-    assert sorted(row["site"] for row in table["rows"]) == ["karolina", "leonardo"]
+    assert sorted((row["round"], row["site"]) for row in table["rows"]) == [
+        (1, "karolina"), (1, "leonardo"), (2, "karolina"), (2, "leonardo")
+    ]  # fmt: skip
     for row in table["rows"]:
         assert row["global"] < table["base"][row["site"]], row
     text = (repo / TUTORIAL).read_text()

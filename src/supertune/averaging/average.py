@@ -28,7 +28,7 @@ from .inputs import ADAPTER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG, TOKENIZER_F
 from .job import AverageJob, checked_job
 from .manifest import AverageManifest, write_average_manifest
 from .output import StagingDir, copy_side_files, write_index
-from .server_step import MOMENTUM_FILE, ServerStep
+from .server_step import MOMENTUM_FILE, SECOND_MOMENT_FILE, ServerStep, second_moment_file
 from .streamer import TensorStreamer, WriterThread
 
 __all__ = ["average_checkpoints", "DEFAULT_MAX_SHARD_BYTES"]
@@ -96,34 +96,40 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
         if job.server and job.server.keeps_momentum and job.server.step.momentum_out
         else None
     )
+    second_target = second_moment_file(momentum_target) if momentum_target else None
     with StagingDir(job.out) as staging:
-        momentum_path = staging.path / MOMENTUM_FILE
-        if momentum_target:
+        momentum_path, second_path = staging.path / MOMENTUM_FILE, staging.path / SECOND_MOMENT_FILE
+        if momentum_target and second_target:
             momentum_target.parent.mkdir(parents=True, exist_ok=True)
             momentum_path = momentum_target.parent / f".{momentum_target.name}.partial-{os.getpid()}"
+            second_path = second_target.parent / f".{second_target.name}.partial-{os.getpid()}"
         writers: list[ShardWriter] = []
         # sha256 runs at about 2 GB/s per core: the inputs are hashed by every core while the
         # main thread averages and the writer thread writes (and hashes) the output.
         hashing = ThreadPoolExecutor(_usable_cores(), thread_name_prefix="supertune-average-hash")
         try:
-            paths = [p for m in job.hashed for p in m.files] + (
-                [job.server.momentum_in_path] if job.server and job.server.momentum_in_path else []
-            )
+            paths = [p for m in job.hashed for p in m.files] + (job.server.state_in_paths if job.server else [])
             hashes = {p: hashing.submit(sha256_file, p) for p in sorted(set(paths), key=lambda p: -p.stat().st_size)}
             if job.server:
-                job.server.open_writer(momentum_path, job.planned, job.averaged)
+                job.server.open_writer(momentum_path, second_path, job.planned, job.averaged)
             try:
                 files, weight_map = _stream(job, staging, writers, say)
             except UserError:
                 # A file that could not be read is better named by its manifest, when it differs from it.
                 _verified_hashes(job, hashes)
                 raise
-            momentum_record = None
-            if job.server and job.server.writer:
-                digest = job.server.writer.finish()
-                if not momentum_target:
-                    files[MOMENTUM_FILE] = digest
-                momentum_record = {"path": str(momentum_target or job.out / MOMENTUM_FILE), **digest}
+            state_records: dict[str, dict] = {}
+            if job.server:
+                for key, writer, name, target in (
+                    ("momentum_out", job.server.writer, MOMENTUM_FILE, momentum_target),
+                    ("second_moment_out", job.server.second_writer, SECOND_MOMENT_FILE, second_target),
+                ):
+                    if writer is None:
+                        continue
+                    digest = writer.finish()
+                    if not target:
+                        files[name] = digest
+                    state_records[key] = {"path": str(target or job.out / name), **digest}
             if job.kind != "adapter":
                 name = write_index(staging.path, weight_map, sum(t.nbytes for t in job.planned))
                 files[name] = size_and_sha256(staging.path / name)
@@ -137,17 +143,20 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
                 tokenizer_source, staging.path, side, OUTPUT_DTYPES[job.dtype], config_source=job.reference
             ):
                 files[name] = size_and_sha256(staging.path / name)
-            manifest = _manifest(job, files, _verified_hashes(job, hashes), momentum_record)
+            manifest = _manifest(job, files, _verified_hashes(job, hashes), state_records)
             manifest.seconds = round(time.monotonic() - started, 3)
             write_average_manifest(staging.path, manifest)
             fault_point("average.written", 0, 0)
             staging.publish()
-            if momentum_target:
+            if momentum_target and second_target:
                 os.replace(momentum_path, momentum_target)
+                if job.server and job.server.second_writer:
+                    os.replace(second_path, second_target)
         except BaseException:
             hashing.shutdown(wait=True, cancel_futures=True)
             if momentum_target:
                 momentum_path.unlink(missing_ok=True)
+                second_path.unlink(missing_ok=True)
             raise
         finally:
             hashing.shutdown(wait=True)
@@ -206,7 +215,7 @@ def _verified_hashes(job: AverageJob, hashes: dict[Path, Future]) -> dict[Path, 
     return digests
 
 
-def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], momentum: dict | None) -> AverageManifest:
+def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], state: dict[str, dict]) -> AverageManifest:
     def record(inp: ModelInput) -> dict:
         return {str(p.relative_to(inp.directory)): size_and_sha256(p, digests[p]) for p in inp.files}
 
@@ -233,16 +242,25 @@ def _manifest(job: AverageJob, files: dict, digests: dict[Path, str], momentum: 
     server = None
     if job.server:
         s = job.server
-        momentum_in = (
-            {"path": str(s.momentum_in_path), "sha256": digests[s.momentum_in_path]} if s.momentum_in_path else None
-        )
+
+        def read(path: Path | None) -> dict | None:
+            return {"path": str(path), "sha256": digests[path]} if path else None
+
         server = {
-            "lr": s.step.lr,
-            "momentum": s.step.momentum,
+            "optimizer": s.optimizer,
+            "lr": s.lr,
+            "momentum": s.momentum,
             "global_model": {"directory": str(s.global_model.directory), "files": record(s.global_model)},
-            "momentum_in": momentum_in,
-            "momentum_out": momentum,
+            "momentum_in": read(s.momentum_in_path),
+            "momentum_out": state.get("momentum_out"),
         }
+        if s.moments == 2:
+            server.update(
+                beta2=s.step.beta2,
+                tau=s.step.tau,
+                second_moment_in=read(s.second_in_path),
+                second_moment_out=state.get("second_moment_out"),
+            )
     return AverageManifest(
         kind=job.kind,
         weights=job.weights.mode,

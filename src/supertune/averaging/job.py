@@ -14,7 +14,7 @@ from .checks import check_inputs, check_output_path, joined_problems, tokenizer_
 from .inputs import ModelInput, resolve_input
 from .lora_merge import MergePlan, merge_plan
 from .output import free_bytes
-from .server_step import ServerState, ServerStep
+from .server_step import ServerState, ServerStep, second_moment_file
 from .weights import InputWeights, input_weights
 
 __all__ = ["AverageJob", "checked_job"]
@@ -71,16 +71,17 @@ def checked_job(
     others = [("--base", base.directory)] if base else []
     if state:
         others.append(("--global-model", state.global_model.directory))
-        if state.momentum_in_path:
-            others.append(("--momentum-in", state.momentum_in_path))
+        others += [("--momentum-in", path) for path in state.state_in_paths]
     notes, tokenizer = check_inputs(models, out, others, minimum_inputs)
     problems = []
     if server and server.momentum_out is not None:
-        # the momentum may replace the file it was read from (one file kept next to the federation's state)
+        # the state may replace the files it was read from (kept next to the federation's state)
         readonly = [o for o in others if o[0] != "--momentum-in"]
-        problems += check_output_path(
-            Path(server.momentum_out), models, readonly, flag="--momentum-out", new_directory=False
+        targets = [Path(server.momentum_out)] + (
+            [second_moment_file(server.momentum_out)] if state and state.moments == 2 else []
         )
+        for target in targets:
+            problems += check_output_path(target, models, readonly, flag="--momentum-out", new_directory=False)
     merge = None
     if base is not None:
         merge, merge_problems = merge_plan(base, models) if models[0].adapter else (None, [_NOT_ADAPTERS])
@@ -125,8 +126,8 @@ def _plan(
 def _space(job: AverageJob) -> list[str]:
     """The output (and the momentum) must fit on the disk, with 1 % and 64 MB to spare."""
     needed = sum(t.nbytes for t in job.planned)
-    if job.server and job.server.keeps_momentum:
-        needed += sum(4 * t.numel for t in job.planned if t.name in job.averaged)
+    if job.server:
+        needed += job.server.moments * sum(4 * t.numel for t in job.planned if t.name in job.averaged)
     free = free_bytes(job.out)
     if needed * 1.01 + (64 << 20) <= free:
         return []

@@ -24,6 +24,7 @@ def epilog() -> str:
         "  supertune average a/model b/model c/model --out avg --weights 0.5,0.3,0.2\n"
         "  supertune average lora-a/model lora-b/model --out merged --merge-first --base /models/llama\n"
         "  supertune average a b --out round-2 --global-model round-1 --server-lr 1.0 --server-momentum 0.9\n"
+        "  supertune average a b --out round-2 --global-model round-1 --server-optimizer fedadam --server-lr 0.01\n"
     )
 
 
@@ -56,16 +57,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--merge-first", action="store_true", help="LoRA adapters: merge each into --base and average the merged models"
     )
     p.add_argument("--base", metavar="DIR", help="with --merge-first: the base model the adapters were trained on")
-    server = p.add_argument_group("server step (FedAvgM): g_new = g + lr * v, v = momentum * v_prev + (average - g)")
+    server = p.add_argument_group(
+        "server step: d = average - g; fedavgm: v = momentum * v_prev + d, g_new = g + lr * v "
+        "(the others in docs/federated.md)"
+    )
     server.add_argument("--global-model", metavar="DIR", help="the previous global model g the inputs started from")
-    server.add_argument("--server-lr", type=float, metavar="LR", help="server learning rate (default 1.0)")
     server.add_argument(
-        "--server-momentum", type=float, metavar="BETA", help="server momentum in [0, 1) (default 0: none)"
+        "--server-optimizer",
+        choices=["fedavgm", "fedadam", "fedyogi", "fedadagrad", "nesterov"],
+        help="how the averaged change d moves g (default fedavgm)",
+    )
+    server.add_argument(
+        "--server-lr",
+        type=float,
+        metavar="LR",
+        help="server learning rate (default: fedavgm 1.0, nesterov 0.7, the adaptive ones 0.01)",
+    )
+    server.add_argument(
+        "--server-momentum",
+        type=float,
+        metavar="BETA",
+        help="server momentum (beta1) in [0, 1) (default: fedavgm 0, which keeps none; the others 0.9)",
+    )
+    server.add_argument(
+        "--server-beta2", type=float, metavar="B2", help="fedadam, fedyogi: decay of the second moment (default 0.99)"
+    )
+    server.add_argument(
+        "--server-tau",
+        type=float,
+        metavar="TAU",
+        help="fedadam, fedyogi, fedadagrad: added to sqrt(second moment), which starts at tau^2 (default 1e-3)",
     )
     server.add_argument(
         "--momentum-in",
         metavar="FILE",
-        help="previous momentum (default: server-momentum.safetensors in --global-model, else zero)",
+        help="previous momentum or first moment (default: server-momentum.safetensors in --global-model, else zero); "
+        "the second moment is read beside it",
     )
     server.add_argument(
         "--momentum-out",
@@ -84,8 +111,11 @@ def run(args: argparse.Namespace) -> int:
             "--merge-first and --base go together: --merge-first --base DIR merges LoRA adapters into DIR before averaging"
         )
     given = {
+        "--server-optimizer": args.server_optimizer,
         "--server-lr": args.server_lr,
         "--server-momentum": args.server_momentum,
+        "--server-beta2": args.server_beta2,
+        "--server-tau": args.server_tau,
         "--momentum-in": args.momentum_in,
         "--momentum-out": args.momentum_out,
     }
@@ -102,10 +132,13 @@ def run(args: argparse.Namespace) -> int:
     if args.global_model:
         server = ServerStep(
             global_model=args.global_model,
-            lr=1.0 if args.server_lr is None else args.server_lr,
-            momentum=0.0 if args.server_momentum is None else args.server_momentum,
+            lr=args.server_lr,
+            momentum=args.server_momentum,
             momentum_in=args.momentum_in,
             momentum_out=args.momentum_out,
+            optimizer=args.server_optimizer or "fedavgm",
+            beta2=0.99 if args.server_beta2 is None else args.server_beta2,
+            tau=1e-3 if args.server_tau is None else args.server_tau,
         )
     manifest = average_checkpoints(
         args.models,

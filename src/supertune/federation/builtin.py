@@ -35,31 +35,65 @@ class BuiltinExecutor:
 
     def run_round(self, work: RoundWork) -> None:
         if work.train:
-            self._train(work.train)
+            self._train(work)
         if work.average:
-            receipts = [read_receipt(path) for path in work.trained.values()]
-            checkpoints = [r["checkpoint"] for r in receipts if r]
-            sites = f"{len(checkpoints)} sites" if len(checkpoints) != 1 else "the one site left"
+            receipts = {name: read_receipt(path) for name, path in work.trained.items()}
+            finished = {name: r["checkpoint"] for name, r in receipts.items() if r}
+            sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
             log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
             average_round(
-                self.fed, work.number, list(work.trained), checkpoints, work.previous, work.global_model, work.averaged
+                self.fed,
+                work.number,
+                list(finished),
+                list(finished.values()),
+                work.previous,
+                work.global_model,
+                work.averaged,
+                left_out=work.left_out,
             )
         if work.evaluate:
             self._evaluate(work.evaluate, work.global_model)
 
     # -- training ---------------------------------------------------------------------------------
 
-    def _train(self, works: list[SiteWork]) -> None:
+    def _train(self, work: RoundWork) -> None:
+        works = work.train
         submitted = {w.name: self._submit_training(w) for w in works if w.site.where != "local"}
         jobs = {name: job_id for name, job_id in submitted.items() if job_id is not None}
         for w in works:
             if w.name in submitted and w.name not in jobs:
                 self._record(w)  # finished in an earlier attempt
+        failed: dict[str, tuple[str, int]] = {}
         for w in works:
             if w.site.where == "local":
+                outcome = self._train_here_with_retries(w)
+                if outcome is not None:
+                    failed[w.name] = outcome
+        self._wait(works, jobs, "training", self._record)
+        if failed:
+            from .quorum import leave_out_failed_sites
+
+            leave_out_failed_sites(self.fed, work, failed)
+
+    def _train_here_with_retries(self, w: SiteWork) -> tuple[str, int] | None:
+        """Train and record a local site, again after a failure (site_retries times), each attempt
+        resuming the run from its latest checkpoint. None when it finished; (reason, attempts) when every
+        attempt failed and a quorum may go on without it; without a quorum the last failure is raised."""
+        attempts = 1 + self.fed.site_retries
+        for attempt in range(1, attempts + 1):
+            try:
                 self._train_here(w)
                 self._record(w)
-        self._wait(works, jobs, "training", self._record)
+                return None
+            except FederationError as exc:
+                if attempt < attempts:
+                    log.warning("%s: attempt %d of %d failed; trying again: %s", w.label, attempt, attempts, exc)
+                    continue
+                if self.fed.aggregation.min_sites is None:
+                    raise
+                log.warning("%s: attempt %d of %d failed: %s", w.label, attempt, attempts, exc)
+                return str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300], attempts
+        return None
 
     def _train_here(self, w: SiteWork) -> None:
         from ..resolve import resolve

@@ -8,6 +8,7 @@
       round-NNN/<site>/site.yaml        the site's resolved run config for this round
       round-NNN/<site>/run/             the site's supertune run of this round (resumable)
       round-NNN/<site>/trained.json     receipt: local training finished and verified
+      round-NNN/<site>/left_out.json    receipt: the site failed every attempt; the round was averaged without it
       round-NNN/global/                 the averaged model (supertune average's output)
       round-NNN/averaged.json           receipt: the average is published
       round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
@@ -97,3 +98,8 @@ class SiteRoundDir:
     @property
     def evaluated(self) -> Path:
         return self.path / "evaluated.json"
+
+    @property
+    def left_out(self) -> Path:
+        """Receipt: the site failed every attempt and the round was averaged without it (its reason, its attempts)."""
+        return self.path / "left_out.json"

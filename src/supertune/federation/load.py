@@ -20,7 +20,15 @@ from ..errors import UserError
 from .layout import FederationDir
 from .schema import FederationConfig, SiteConfig
 
-__all__ = ["load_federation", "federation_problems", "federation_text", "login_parts", "plain_path", "SITE_NAME"]
+__all__ = [
+    "load_federation",
+    "federation_problems",
+    "server_defaults",
+    "federation_text",
+    "login_parts",
+    "plain_path",
+    "SITE_NAME",
+]
 
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 # StreamFlow writes working directories and environment values into shell commands unquoted
@@ -40,7 +48,9 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
     if path is None:
         from .default import default_federation
 
-        return default_federation(), None
+        fed = default_federation()
+        server_defaults(fed)
+        return fed, None
     p = Path(path).expanduser()
     resumed = None
     if p.is_dir():
@@ -55,11 +65,25 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
         )
     data = read_yaml_mapping(p, "federation config", "keys (name:, rounds:, sites:, ...)")
     fed = build_config(FederationConfig, data)
+    server_defaults(fed)
     _absolute_paths(fed, p.absolute().parent)
     problems = federation_problems(fed)
     if problems:
         raise ConfigError(problems)
     return fed, resumed
+
+
+def server_defaults(fed: FederationConfig) -> None:
+    """Fill in the server learning rate and momentum left empty with the server optimizer's defaults, so
+    that the federation's directory records the numbers used (a federation written before
+    server_optimizer existed, which recorded 1.0 and 0.0, reads as the same settings)."""
+    from ..averaging import default_lr, default_momentum
+
+    a = fed.aggregation
+    if a.server_lr is None:
+        a.server_lr = default_lr(a.server_optimizer)
+    if a.server_momentum is None:
+        a.server_momentum = default_momentum(a.server_optimizer)
 
 
 def _absolute_paths(fed: FederationConfig, base: Path) -> None:
@@ -87,12 +111,17 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     if fed.poll_seconds < 1 or not math.isfinite(fed.poll_seconds):
         p.append(f"poll_seconds: must be at least 1 (a scheduler is not asked more often), got {fed.poll_seconds}")
     a = fed.aggregation
-    if not (math.isfinite(a.server_lr) and a.server_lr > 0):
+    if a.server_lr is not None and not (math.isfinite(a.server_lr) and a.server_lr > 0):
         p.append(f"aggregation.server_lr: must be a positive number (1 is plain FedAvg), got {a.server_lr}")
-    if not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
+    if a.server_momentum is not None and not (math.isfinite(a.server_momentum) and 0 <= a.server_momentum < 1):
         p.append(
             f"aggregation.server_momentum: must be in [0, 1) (0.9 is usual; 0 keeps none), got {a.server_momentum}"
         )
+    if not (math.isfinite(a.server_beta2) and 0 <= a.server_beta2 < 1):
+        p.append(f"aggregation.server_beta2: must be in [0, 1) (0.99 is usual), got {a.server_beta2}")
+    if not (math.isfinite(a.server_tau) and a.server_tau > 0):
+        p.append(f"aggregation.server_tau: must be a positive number (1e-3 is usual), got {a.server_tau}")
+    p += _participation_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:
@@ -131,6 +160,51 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p.append(
             "sites[].weight: given for some sites only; give every site a weight, or none (aggregation.weights decides)"
         )
+    return p
+
+
+def _participation_problems(fed: FederationConfig) -> list[str]:
+    """Which sites train in which round (from_round, until_round), the quorum and the retries."""
+    p: list[str] = []
+    a = fed.aggregation
+    if fed.site_retries < 0:
+        p.append(f"site_retries: must be 0 or more, got {fed.site_retries}")
+    if a.min_sites is not None and a.min_sites < 1:
+        p.append(f"aggregation.min_sites: must be at least 1 (or empty: every site of the round), got {a.min_sites}")
+    for i, site in enumerate(fed.sites):
+        where = f"sites[{i}]" + (f" ({site.name})" if site.name else "")
+        if not 1 <= site.from_round <= max(fed.rounds, 1):
+            p.append(f"{where}.from_round: must be a round from 1 to rounds={fed.rounds}, got {site.from_round}")
+        elif site.until_round is not None and site.until_round < site.from_round:
+            p.append(
+                f"{where}.until_round: {site.until_round} is before from_round={site.from_round}; give a later round, or none (the last)"
+            )
+    if p or len(fed.sites) < 2:
+        return p
+    for number in range(1, fed.rounds + 1):
+        sites = sum(s.in_round(number) for s in fed.sites)
+        if sites == 0:
+            p.append(f"sites[].from_round/until_round: no site trains in round {number}; every round needs a site")
+            break
+        if a.min_sites is not None and sites < a.min_sites:
+            p.append(
+                f"aggregation.min_sites: {a.min_sites}, but round {number} has {sites} site{'s' if sites != 1 else ''} "
+                "(sites[].from_round/until_round); lower it, or let more sites take part in that round"
+            )
+            break
+    uses = [
+        k
+        for k, on in (("aggregation.min_sites", a.min_sites is not None), ("site_retries", fed.site_retries > 0))
+        if on
+    ]
+    if uses and fed.executor == "streamflow":
+        p.append(f"{uses[0]}: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
+    elif uses:
+        remote = [f"sites[{i}] ({s.name}) where: {s.where}" for i, s in enumerate(fed.sites) if s.where != "local"]
+        if remote:
+            p.append(
+                f"{uses[0]}: applies to local sites only for now, and {remote[0]} is on SLURM; leave it out, or run that site locally"
+            )
     return p
 
 

@@ -54,17 +54,31 @@ def average_round(
     previous: Path,
     out: Path,
     receipt: Path,
+    left_out: dict[str, str] | None = None,
 ) -> dict:
-    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt."""
+    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt (with the
+    sites `left_out` of the round after failing, and why)."""
     from ..averaging import ServerStep, average_checkpoints, read_average_manifest
 
     a = fed.aggregation
-    fixed = [s.weight for s in fed.sites]
-    weights: str | list[float] = [float(w) for w in fixed] if fixed and fixed[0] is not None else a.weights
+    # fixed weights by name: the sites averaged may be fewer than the federation's (from_round, left out)
+    fixed = {s.name: s.weight for s in fed.sites}
+    weights: str | list[float] = (
+        [float(fixed[name] or 0.0) for name in sites] if fed.sites and fed.sites[0].weight is not None else a.weights
+    )
+    # Plain FedAvg (fedavgm, lr 1, no momentum) needs no server step: the average is the global model.
+    plain = a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum
     server = (
-        ServerStep(global_model=previous, lr=a.server_lr, momentum=a.server_momentum)
-        if (a.server_lr != 1 or a.server_momentum)
-        else None
+        None
+        if plain
+        else ServerStep(
+            global_model=previous,
+            lr=a.server_lr,
+            momentum=a.server_momentum,
+            optimizer=a.server_optimizer,
+            beta2=a.server_beta2,
+            tau=a.server_tau,
+        )
     )
     started = time.time()
     try:
@@ -79,6 +93,7 @@ def average_round(
         "global_model": str(out),
         "weights": {name: i["weight"] for name, i in zip(sites, manifest.inputs)},
         "tokens": {name: i["tokens"] for name, i in zip(sites, manifest.inputs)},
+        "left_out": dict(left_out or {}),
         "seconds": time.time() - started,
     }
     write_receipt(receipt, record)

@@ -74,6 +74,8 @@ class RoundWork:
     evaluate: list[SiteWork] = field(default_factory=list)
     trained: dict[str, Path] = field(default_factory=dict)
     """Receipt of every site's training (those of this work too, once done), in site order."""
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Sites left out of this round after failing (quorum.py), with the reason: from their receipts."""
     federation_id: str = ""
     """The federation's id (ownership.federation_id): a site's folder of the round must record it."""
 
@@ -129,6 +131,12 @@ def _round_work(
     work = RoundWork(number, previous, base if number == 0 else rd.global_model, rd.averaged)
     for plan in plans:
         sd = rd.site(plan.site.name)
+        if not plan.site.in_round(number):
+            continue
+        left_out = read_receipt(sd.left_out)
+        if left_out is not None:  # failed every attempt and the round went on without it: a decision kept
+            work.left_out[plan.site.name] = str(left_out.get("reason"))
+            continue
         work.trained[plan.site.name] = sd.trained
         if number and read_receipt(sd.trained) is None:
             if not sd.config.is_file():

@@ -36,7 +36,7 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
     root = federation_dir(fed, resumed, explicit_dir)
     text = federation_text(fed)
     if root.config.is_file():
-        if root.config.read_text(encoding="utf-8") != text:
+        if root.config.read_text(encoding="utf-8") != text and not _same_settings(text, root):
             raise UserError(_other_settings(fed, root))
         log.info("resuming the federation in %s", root.path)
     elif drop:
@@ -59,6 +59,16 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         root.config.write_text(text, encoding="utf-8")
     run_rounds(active, plans, root, _executor(active, root), everyone=fed)
     return root
+
+
+def _same_settings(text: str, root: FederationDir) -> bool:
+    """Whether the federation saved in `root` loads to the settings `text` records: a federation.yaml
+    written before a key existed lacks it, and reads as that key's default."""
+    try:
+        saved, _ = load_federation(root.path)
+    except UserError:
+        return False
+    return federation_text(saved) == text
 
 
 def _other_settings(fed: FederationConfig, root: FederationDir) -> str:

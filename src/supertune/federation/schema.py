@@ -19,10 +19,18 @@ class AggregationConfig:
     """Weight of each site: the tokens (or sequences) it trained on this round, or equal; a site's `weight` overrides."""
     dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
     """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
-    server_lr: float = 1.0
-    """Server learning rate (FedAvgM): the global model moves by server_lr x the averaged change; 1 is plain FedAvg."""
-    server_momentum: float = 0.0
-    """Server momentum in [0, 1) (FedAvgM); 0 keeps none."""
+    server_optimizer: Literal["fedavgm", "fedadam", "fedyogi", "fedadagrad", "nesterov"] = "fedavgm"
+    """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated.md."""
+    server_lr: float | None = None
+    """Server learning rate; empty: the optimizer's default, 1 for fedavgm (plain FedAvg), 0.7 for nesterov, 0.01 for fedadam, fedyogi, fedadagrad."""
+    server_momentum: float | None = None
+    """Server momentum (beta1) in [0, 1); empty: 0 for fedavgm (none kept), 0.9 for the others."""
+    server_beta2: float = 0.99
+    """fedadam, fedyogi: decay of the second moment, in [0, 1)."""
+    min_sites: int | None = None
+    """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation. Local sites only, for now."""
+    server_tau: float = 0.001
+    """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
 
 
 @dataclass
@@ -47,6 +55,14 @@ class SiteConfig:
     """StreamFlow only, with login: an absolute directory on the site for its files (global models, runs, StreamFlow's step folders)."""
     python: str | None = None
     """StreamFlow only, with login: the site's Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python."""
+    from_round: int = 1
+    """The first round the site trains in (it joins from the global model of the round before)."""
+    until_round: int | None = None
+    """The last round the site trains in; empty: the federation's last."""
+
+    def in_round(self, number: int) -> bool:
+        """Whether the site trains in round `number` (round 0, the base model's evaluation, has every site)."""
+        return number == 0 or (self.from_round <= number and (self.until_round is None or number <= self.until_round))
 
 
 @dataclass
@@ -81,6 +97,8 @@ class FederationConfig:
     """Averaging."""
     executor: Literal["builtin", "streamflow"] = "builtin"
     """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round."""
+    site_retries: int = 0
+    """Times a local site's failed training (non-zero exit, a checkpoint that does not match its manifest) is run again in the same round, resuming from its latest checkpoint, before the site counts as failed."""
     poll_seconds: float = 5.0
     """Seconds between looks at a site's SLURM job while waiting for it."""
     streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)

@@ -77,6 +77,14 @@ def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
     from .history import dropped_sites, failures
 
     lines = []
+    for number in range(1, fed.rounds + 1):
+        for site in fed.sites:
+            left = read_receipt(root.round(number).site(site.name).left_out)
+            if left is not None:
+                lines.append(
+                    f"- {site.name}: left out of round {number} after {left.get('attempts')} failed attempt(s), "
+                    f"the round averaged without it ({_when(left.get('unix'))}): {left.get('reason')}"
+                )
     for name, d in dropped_sites(root).items():
         lines.append(f"- {name}: dropped from round {d.get('from_round')} on ({_when(d.get('unix'))})")
     for f in failures(root):

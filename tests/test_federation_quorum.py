@@ -1,0 +1,179 @@
+"""Rounds that go on without a failed site (aggregation.min_sites, site_retries) and sites that take part
+in some rounds only (sites[].from_round, until_round): the config's checks, the decision and its
+receipt, and a real federation whose site fails every attempt and is left out of the round."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from supertune.errors import UserError
+from supertune.federation.default import site_corpus
+from supertune.federation.load import federation_problems
+from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+
+
+def _fed(**extra) -> FederationConfig:
+    sites = extra.pop("sites", [SiteConfig(name="a"), SiteConfig(name="b")])
+    return FederationConfig(rounds=3, sites=sites, **extra)
+
+
+def test_participation_and_quorum_settings_are_checked_all_at_once() -> None:
+    problems = federation_problems(
+        _fed(
+            site_retries=-1,
+            aggregation=AggregationConfig(min_sites=0),
+            sites=[SiteConfig(name="a", from_round=4), SiteConfig(name="b", from_round=2, until_round=1)],
+        )
+    )
+    assert "site_retries: must be 0 or more, got -1" in problems
+    assert "aggregation.min_sites: must be at least 1 (or empty: every site of the round), got 0" in problems
+    assert "sites[0] (a).from_round: must be a round from 1 to rounds=3, got 4" in problems
+    assert "sites[1] (b).until_round: 1 is before from_round=2; give a later round, or none (the last)" in problems
+    # a round without a site, a quorum no round can meet
+    gap = _fed(sites=[SiteConfig(name="a", until_round=1), SiteConfig(name="b", from_round=3)])
+    assert federation_problems(gap) == [
+        "sites[].from_round/until_round: no site trains in round 2; every round needs a site"
+    ]
+    short = _fed(
+        aggregation=AggregationConfig(min_sites=2), sites=[SiteConfig(name="a"), SiteConfig(name="b", until_round=2)]
+    )
+    assert federation_problems(short) == [
+        "aggregation.min_sites: 2, but round 3 has 1 site (sites[].from_round/until_round); lower it, or let more sites take part in that round"
+    ]
+    assert federation_problems(_fed(executor="streamflow", site_retries=1)) == [
+        "site_retries: not supported with executor: streamflow yet; leave it out, or use executor: builtin"
+    ]
+    joined = _fed(sites=[SiteConfig(name="a"), SiteConfig(name="b", from_round=2, until_round=2)])
+    assert federation_problems(joined) == []
+    assert [[s.name for s in joined.sites if s.in_round(n)] for n in range(4)] == [["a", "b"], ["a"], ["a", "b"], ["a"]]
+
+
+def _round(tmp_path: Path, finished: list[str], failing: list[str]):
+    from supertune.federation.receipts import write_receipt
+    from supertune.federation.rounds import RoundWork, SiteWork
+
+    root = tmp_path / "fed"
+    work = RoundWork(
+        2, root / "round-001" / "global", root / "round-002" / "global", root / "round-002" / "averaged.json"
+    )
+    for name in finished + failing:
+        site_dir = root / "round-002" / name
+        work.trained[name] = site_dir / "trained.json"
+        work.evaluate.append(
+            SiteWork(SiteConfig(name=name), 2, Path("x.yaml"), site_dir, receipt=site_dir / "evaluated.json")
+        )
+        if name in finished:
+            write_receipt(site_dir / "trained.json", {"checkpoint": str(site_dir / "run"), "tokens": 1})
+    return work
+
+
+def test_a_round_below_its_quorum_stops_saying_how_to_go_on_and_decides_nothing(tmp_path: Path) -> None:
+    from supertune.federation.quorum import leave_out_failed_sites
+
+    work = _round(tmp_path, ["a"], ["b", "c"])
+    failed = {"b": ("local training stopped (exit code 2)", 2), "c": ("local training stopped (exit code 137)", 2)}
+    with pytest.raises(UserError) as stopped:
+        leave_out_failed_sites(_fed(aggregation=AggregationConfig(min_sites=2)), work, failed)
+    assert str(stopped.value) == (
+        "round 2: 1 of 3 sites finished training and the round needs aggregation.min_sites=2; "
+        "b: local training stopped (exit code 2) (2 attempts); c: local training stopped (exit code 137) (2 attempts); "
+        f"run `supertune federate {tmp_path / 'fed'}` again to retry them (each resumes from its latest checkpoint), "
+        "or drop a site for good with --drop"
+    )
+    assert not list((tmp_path / "fed").rglob("left_out.json")) and set(work.trained) == {"a", "b", "c"}
+
+
+def test_a_round_that_meets_its_quorum_leaves_the_failed_site_out_with_a_receipt(tmp_path: Path) -> None:
+    from supertune.federation.quorum import leave_out_failed_sites
+
+    work = _round(tmp_path, ["a", "c"], ["b"])
+    leave_out_failed_sites(
+        _fed(aggregation=AggregationConfig(min_sites=2)), work, {"b": ("local training stopped (exit code 2)", 3)}
+    )
+    receipt = json.loads((tmp_path / "fed" / "round-002" / "b" / "left_out.json").read_text())
+    assert {k: receipt[k] for k in ("site", "round", "reason", "attempts")} == {
+        "site": "b", "round": 2, "reason": "local training stopped (exit code 2)", "attempts": 3}  # fmt: skip
+    assert list(work.trained) == ["a", "c"] and [w.name for w in work.evaluate] == ["a", "c"]
+    assert work.left_out == {"b": "local training stopped (exit code 2)"}
+
+
+@pytest.mark.slow
+def test_a_site_that_fails_every_attempt_is_left_out_and_the_round_goes_on(tmp_path: Path) -> None:
+    sites = []
+    for name, extra in (("site-a", []), ("site-b", ["training.learning_rate=1e30"])):  # NaN at step 2, every time
+        train, validation = site_corpus(name)
+        sites.append({"name": name, "steps_per_round": 2,
+                      "overrides": [f"data.train_files={train}", f"data.validation_files={validation}",
+                                    "generate.max_new_tokens=0", "training.report_to=[]", "training.warmup_steps=0",
+                                    "data.max_eval_samples=8", *extra]})  # fmt: skip
+    config = {"name": "fed-quorum", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1,
+              "site_retries": 1, "aggregation": {"min_sites": 1}, "sites": sites}  # fmt: skip
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    fed_dir = tmp_path / "fed"
+
+    def federate(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "supertune", "federate", *args], capture_output=True, text=True)
+
+    proc = federate(str(path), "--dir", str(fed_dir))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "site-b round 1: attempt 1 of 2 failed; trying again" in proc.stderr
+    left = json.loads((fed_dir / "round-001" / "site-b" / "left_out.json").read_text())
+    assert left["attempts"] == 2 and left["reason"].startswith("local training stopped (exit code 2)")
+    averaged = json.loads((fed_dir / "round-001" / "averaged.json").read_text())
+    assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": left["reason"]}
+    assert not (fed_dir / "round-001" / "site-b" / "evaluated.json").exists()
+    status = federate("--status", str(fed_dir)).stdout
+    assert "- site-b: left out of round 1 after 2 failed attempt(s), the round averaged without it (" in status
+    # the decision is kept: run again, nothing is retried or redone
+    again = federate(str(fed_dir))
+    assert again.returncode == 0 and "training here" not in again.stderr, again.stderr[-3000:]
+
+
+def test_fixed_weights_follow_the_sites_averaged_when_some_are_not_in_the_round(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from average_models import make_checkpoint, save_model
+    from supertune.federation.phases import average_round
+
+    fed = FederationConfig(
+        rounds=2,
+        sites=[
+            SiteConfig(name="a", weight=1.0),
+            SiteConfig(name="b", weight=2.0, until_round=1),
+            SiteConfig(name="c", weight=3.0),
+        ],  # fmt: skip
+    )
+    models = [str(make_checkpoint(save_model(tmp_path / n, i), tokens=10, samples=1)) for i, n in enumerate("ac")]
+    record = average_round(
+        fed, 2, ["a", "c"], models, tmp_path / "previous", tmp_path / "global", tmp_path / "averaged.json",
+        left_out={"x": "reason"},
+    )  # fmt: skip
+    assert record["weights"] == {"a": 0.25, "c": 0.75} and record["left_out"] == {"x": "reason"}
+
+
+def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Path) -> None:
+    """The work of round 2 (every receipt there but the average: nothing to train or evaluate) names the
+    sites in it: not one whose until_round has passed, not one left out of it after failing."""
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.receipts import write_receipt
+    from supertune.federation.rounds import _round_work
+    from supertune.federation.sites import SitePlan
+
+    sites = [SiteConfig(name="a"), SiteConfig(name="b", until_round=1), SiteConfig(name="c"), SiteConfig(name="d")]
+    fed = FederationConfig(rounds=2, sites=sites)
+    root = FederationDir(tmp_path)
+    rd = root.round(2)
+    for name in "acd":
+        write_receipt(rd.site(name).trained, {"checkpoint": "x"})
+        write_receipt(rd.site(name).evaluated, {"eval_loss": 1.0})
+    write_receipt(rd.site("d").left_out, {"reason": "local training stopped (exit code 2)", "attempts": 1})
+    plans = [SitePlan(s, None, "") for s in sites]  # type: ignore[arg-type]  # the configs are not read: all trained
+    work = _round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
+    assert list(work.trained) == ["a", "c"] and work.average and not work.train and not work.evaluate
+    assert work.left_out == {"d": "local training stopped (exit code 2)"}
