@@ -50,9 +50,14 @@ def bundle_problem(store: str, model_config: bool) -> str | None:
     """What the bundle of the store at `store` lacks for a run (its tokenizer; with `model_config`,
     the model config too), or None. Checked when the run config is validated."""
     root = Path(store).expanduser()
-    if not (root / TOKENIZER_DIR / "tokenizer_config.json").is_file():
+    try:
+        has_tokenizer = (root / TOKENIZER_DIR / "tokenizer_config.json").is_file()
+        has_config = (root / MODEL_DIR / "config.json").is_file()
+    except OSError as exc:  # a name too long for the file system, a path it refuses to stat
+        return f"model.bundle: {store!r} cannot be read ({exc.strerror}); name the directory of a store made by supertune prepare --bundle"
+    if not has_tokenizer:
         return f"model.bundle: {store!r} has no offline bundle (no {TOKENIZER_DIR}/); make the store with supertune prepare --bundle"
-    if model_config and not (root / MODEL_DIR / "config.json").is_file():
+    if model_config and not has_config:
         return (
             f"model.bundle: the bundle of {store!r} holds no model config (its prepare named no model.name_or_path); "
             "run supertune prepare --bundle with model.name_or_path set, or set model.from_config=false"
