@@ -104,75 +104,53 @@ def runs(
     default_corpus()
     default_tokenizer()
 
+    # key -> (cluster, nodes, the job's own arguments)
+    jobs: dict[str, tuple[SlurmCluster, int, list[str]]] = {
+        f"{launcher}-{topology}": (
+            slurm_single if nodes == 1 else slurm_multi,
+            nodes,
+            ["--launcher", launcher, f"launch.procs_per_node={procs}"],
+        )
+        for topology, (nodes, procs) in TOPOLOGIES.items()
+        for launcher in LAUNCHERS
+    }
+    jobs.update({key: (slurm_multi, 2, args) for key, args in HYBRID.items()})
     submitted: dict[str, tuple[SlurmCluster, int, Path, float]] = {}
-    for topology, (nodes, procs) in TOPOLOGIES.items():
-        cluster = slurm_single if nodes == 1 else slurm_multi
-        for launcher in LAUNCHERS:
-            run_dir = root / f"{launcher}-{topology}"
-            proc = supertune(
-                "submit",
-                "--cluster",
-                "local",
-                "--nodes",
-                str(nodes),
-                "--launcher",
-                launcher,
-                "--run-dir",
-                str(run_dir),
-                f"launch.procs_per_node={procs}",
-                *COMMON,
-                env=_client_env(cluster, config_dir),
-                cwd=root,
-            )
-            assert proc.returncode == 0, proc.stderr
-            submitted[f"{launcher}-{topology}"] = (cluster, int(proc.stdout.strip()), run_dir, time.monotonic())
-    for key, args in HYBRID.items():
+    for key, (cluster, nodes, args) in jobs.items():
         run_dir = root / key
         proc = supertune(
             "submit",
             "--cluster",
             "local",
             "--nodes",
-            "2",
+            str(nodes),
             "--run-dir",
             str(run_dir),
             *COMMON,
             *args,
-            env=_client_env(slurm_multi, config_dir),
+            env=_client_env(cluster, config_dir),
             cwd=root,
         )
         assert proc.returncode == 0, proc.stderr
-        submitted[key] = (slurm_multi, int(proc.stdout.strip()), run_dir, time.monotonic())
+        submitted[key] = (cluster, int(proc.stdout.strip()), run_dir, time.monotonic())
 
-    local_dir = root / "local"
-    local = supertune(
-        "train",
-        "--nproc",
-        "2",
-        "--run-dir",
-        str(local_dir),
-        *COMMON,
-        env=_client_env(None, config_dir),
-        cwd=root,
-        timeout=600,
-    )
-    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
-    out = {"local": Run(local_dir, *_results(local_dir))}
-    local4_dir = root / "local-4"
-    local4 = supertune(
-        "train",
-        "--nproc",
-        "4",
-        "--run-dir",
-        str(local4_dir),
-        *COMMON,
-        *HYBRID_SPLIT,
-        env=_client_env(None, config_dir),
-        cwd=root,
-        timeout=600,
-    )
-    assert local4.returncode == 0, local4.stdout[-3000:] + local4.stderr[-3000:]
-    out["local-4"] = Run(local4_dir, *_results(local4_dir))
+    out: dict[str, Run] = {}
+    for name, nproc, extra in (("local", 2, []), ("local-4", 4, HYBRID_SPLIT)):
+        local_dir = root / name
+        local = supertune(
+            "train",
+            "--nproc",
+            str(nproc),
+            "--run-dir",
+            str(local_dir),
+            *COMMON,
+            *extra,
+            env=_client_env(None, config_dir),
+            cwd=root,
+            timeout=600,
+        )
+        assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+        out[name] = Run(local_dir, *_results(local_dir))
 
     for key, (cluster, job_id, run_dir, _) in submitted.items():
         state = cluster.wait(job_id, timeout=JOB_TIMEOUT)

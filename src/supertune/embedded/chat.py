@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +29,7 @@ from supertune.embedded.corpus import (
     PROFESSIONS,
     TOWN_HEADS,
     TOWN_TAILS,
-    publish_dir,
+    build_once,
 )
 from supertune.paths import cache_dir
 
@@ -128,9 +126,8 @@ def chat_corpus() -> ChatCorpus:
     result = ChatCorpus(train=target / "train.jsonl", validation=target / "validation.jsonl")
     if target.is_dir():
         return result
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         for path, (seed, n) in (
             (tmp / "train.jsonl", (TRAIN_SEED, TRAIN_CONVERSATIONS)),
             (tmp / "validation.jsonl", (VALIDATION_SEED, VALIDATION_CONVERSATIONS)),
@@ -138,7 +135,6 @@ def chat_corpus() -> ChatCorpus:
             with path.open("w", encoding="utf-8") as f:
                 for messages in generate_conversations(seed, n):
                     f.write(json.dumps({"messages": messages}) + "\n")
-        publish_dir(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    build_once(target, write)
     return result

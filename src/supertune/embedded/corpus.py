@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -408,15 +409,25 @@ def default_corpus() -> DefaultCorpus:
     result = DefaultCorpus(train=target / "train.jsonl", validation=target / "validation.jsonl")
     if target.is_dir():
         return result
+
+    def write(tmp: Path) -> None:
+        _write_jsonl(tmp / "train.jsonl", generate_documents(TRAIN_SEED, TRAIN_DOCS))
+        _write_jsonl(tmp / "validation.jsonl", generate_documents(VALIDATION_SEED, VALIDATION_DOCS))
+
+    build_once(target, write)
+    return result
+
+
+def build_once(target: Path, write: Callable[[Path], None]) -> None:
+    """Make the cache directory `target` by `write` into a private temporary directory beside it,
+    then publish it (publish_dir); a temporary directory left by a failure is removed."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        _write_jsonl(tmp / "train.jsonl", generate_documents(TRAIN_SEED, TRAIN_DOCS))
-        _write_jsonl(tmp / "validation.jsonl", generate_documents(VALIDATION_SEED, VALIDATION_DOCS))
+        write(tmp)
         publish_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return result
 
 
 def publish_dir(tmp: Path, target: Path) -> None:

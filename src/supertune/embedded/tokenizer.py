@@ -7,14 +7,12 @@ from supertune. Encoding adds no BOS/EOS: the data pipeline inserts EOS between 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from supertune.embedded.corpus import CORPUS_VERSION, default_corpus, publish_dir
+from supertune.embedded.corpus import CORPUS_VERSION, build_once, default_corpus
 from supertune.paths import cache_dir
 
 __all__ = [
@@ -86,13 +84,7 @@ def cached_tokenizer(key: str, texts: Callable[[], Iterable[str]], vocab_size: i
     target = cache_dir() / "tokenizers" / f"{key}-v{vocab_size}"
     if target.is_dir():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        train_tokenizer(texts(), tmp, vocab_size=vocab_size)
-        publish_dir(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_once(target, lambda tmp: train_tokenizer(texts(), tmp, vocab_size=vocab_size))
     return target
 
 
