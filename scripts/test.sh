@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, on CPU and offline: make the environment, then run pytest.
-# Extra arguments go to pytest (e.g. -k config).
+# Extra arguments go to pytest (e.g. -k config; -n 0 runs every test in this one process).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -12,4 +12,6 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   echo "supertune: not root, so the Slurm tests (real test cluster) will skip" >&2
 fi
-exec python -m pytest "$@"
+# Two workers (pytest-xdist): while one waits on a Slurm job or a process's imports, the other runs.
+# tests/conftest.py keeps each file's tests on one worker and every Slurm test on the same one.
+exec python -m pytest -n 2 --dist loadgroup "$@"

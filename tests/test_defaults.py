@@ -98,12 +98,6 @@ def test_default_corpus_same_bytes_in_any_cache(tmp_path: Path, monkeypatch: pyt
     assert built[0] == built[1]
 
 
-def test_default_corpus_generation_is_fast(cache: Path) -> None:
-    start = time.perf_counter()
-    default_corpus()
-    assert time.perf_counter() - start < 2.0
-
-
 # -- tokenizer ---------------------------------------------------------------------------
 
 

@@ -140,14 +140,16 @@ def test_running_a_finished_federation_again_redoes_nothing(uninterrupted: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["step@4", "average.tensor@3"], ids=["kill-in-local-training", "kill-in-averaging"])
 def test_a_killed_federation_resumes_to_the_same_global_model(fault: str, uninterrupted: Path, tmp_path: Path) -> None:
+    # Killed in round 1 of two: the resumed federation finishes round 1, then trains round 2 from that
+    # global model; a round's training does not depend on how many rounds follow it.
     fed_dir = tmp_path / "fed"
-    config = _federation(tmp_path)
+    config = _federation(tmp_path, rounds=2)
     killed = _federate(str(config), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": fault})
     assert killed.returncode != 0
-    assert not (fed_dir / "round-003" / "averaged.json").exists()
+    assert not (fed_dir / "round-001" / "averaged.json").exists()
     resumed = _federate(str(fed_dir))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert _max_difference(_global(fed_dir, 3), _global(uninterrupted, 3)) <= 1e-5
+    assert _max_difference(_global(fed_dir, 2), _global(uninterrupted, 2)) <= 1e-5
 
 
 def test_every_problem_of_a_federation_config_at_once(tmp_path: Path) -> None:

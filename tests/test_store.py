@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +170,6 @@ def test_training_from_a_store_matches_training_from_the_files(files, tmp_path):
         _prepare(store, f"data.train_files={files['train']}", "data.validation_split_percentage=10", shard_tokens=700)
         == 0
     )
-    started = time.monotonic()
     assert main(_train_args(tmp_path / "raw", files)) == 0
     assert main(_train_args(tmp_path / "stored", files, f"data.store={store}")) == 0
     raw, stored = _losses(tmp_path / "raw"), _losses(tmp_path / "stored")
@@ -182,7 +180,6 @@ def test_training_from_a_store_matches_training_from_the_files(files, tmp_path):
     assert abs(a["eval_loss"] - b["eval_loss"]) <= 1e-6
     assert a["train_tokens"] == b["train_tokens"]
     assert b["unigram_perplexity"] == pytest.approx(a["unigram_perplexity"], rel=1e-9)
-    assert time.monotonic() - started < 300
 
 
 def test_a_store_from_another_tokenizer_or_template_is_refused(good_store, files, tmp_path, capsys):
