@@ -1,14 +1,18 @@
 """Packing with documents kept apart against padding each document and plain packing, side by side.
 
-    .venv/bin/python bench/packing.py [--threads N] [--steps N] [--rounds R]
+    .venv/bin/python bench/packing.py [--threads N] [--steps N] [--rounds R] [--format chat]
 
 Arms (each `supertune train` in its own fresh process, cold caches, offline, one process, the same
-tiny Llama, seed, tokenizer, AdamW settings, batch 8 x 512 slots and step count):
+tiny Llama, seed, tokenizer, AdamW settings, batch 8 x --seq-len (512) slots and step count):
   (a) document-masked packing: data.packing=true data.document_mask=true, block 512
   (b) padding each document (the fine-tuning recipe): data.packing=false data.max_length=512
   (c) plain packing: data.packing=true, block 512 (documents concatenated with EOS, cut every 512)
 
 The text is wikitext-2 valid + test, one paragraph or heading per line (real, very uneven lengths).
+With --format chat the same lines become conversations (`data.format=chat`, loss on the assistant
+turns): each section of an article is one conversation, the user asking about its heading and then
+for more, the assistant answering with one paragraph per turn, 1 to 4 turns; results then go to
+bench/results/packing-chat.json and .md.
 Inputs, measurement, rounds and the quiet-machine rules are those of bench/train_throughput.py
 (bench/throughput/); see bench/README.md. Results go to bench/results/packing.json and .md.
 """
@@ -39,6 +43,67 @@ REPO = BENCH.parent
 TARGETS = [("a/b effective tokens/s", "a", "b", 3.0), ("a/c effective tokens/s", "a", "c", 0.85)]
 
 
+# The data every arm reads, beyond the tokenizer: the text files (default), or with --format chat
+# the conversation files and settings chat_inputs() makes. Set once in main(), before any arm runs.
+DATA: list[str] = []
+
+
+def text_inputs(p: Prepared) -> list[str]:
+    return [f"data.train_files={p.train_txt}", f"data.validation_files={p.heldout_txt}"]
+
+
+def chat_inputs(p: Prepared, work_dir: Path) -> list[str]:
+    """Conversations made from the same wikitext-2 lines, and the settings that train on their answers.
+
+    A heading (` = Title = `, ` = = Section = = `) opens a conversation, "Tell me about Title." and the
+    section's first paragraph as the answer; "Go on." asks for each next paragraph, up to a number of
+    turns drawn from 1 to 4 (seeded). Lengths follow the paragraphs': a few dozen to over a thousand
+    tokens, as instruction data mixes one-line answers with long ones.
+    """
+    import random
+
+    from supertune.embedded import EMBEDDED_CHAT_TEMPLATE
+
+    rng = random.Random(0)
+
+    def conversations(path: Path) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        title, turns, limit = "", [], 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            text = line.strip()
+            if not text:
+                continue
+            heading = re.fullmatch(r"(=+) (.+?) \1", text)
+            if not heading and not title:
+                continue  # text before the first heading has nothing to be asked about
+            if heading or len(turns) >= 2 * limit:
+                if turns:
+                    out.append({"messages": turns})
+                title = heading.group(2) if heading else title
+                turns, limit = [], rng.randint(1, 4)
+                if heading:
+                    continue
+            question = "Go on." if turns else f"Tell me about {title}."
+            turns += [{"role": "user", "content": question}, {"role": "assistant", "content": text}]
+        if turns:
+            out.append({"messages": turns})
+        return out
+
+    data = work_dir / "data"
+    files = {}
+    for split, source in (("train", p.train_txt), ("heldout", p.heldout_txt)):
+        files[split] = data / f"chat-{split}.jsonl"
+        files[split].write_text("".join(json.dumps(c) + "\n" for c in conversations(source)), encoding="utf-8")
+    template = data / "chat-template.jinja"
+    template.write_text(EMBEDDED_CHAT_TEMPLATE, encoding="utf-8")  # the bench tokenizer has none of its own
+    return [
+        f"data.train_files={files['train']}",
+        f"data.validation_files={files['heldout']}",
+        "data.format=chat",
+        f"data.chat_template={template}",
+    ]
+
+
 def _supertune(data_settings) -> object:
     def argv(p: Prepared, s: BenchSettings, arm_dir: Path) -> list[str]:
         exe = Path(sys.executable).parent / "supertune"
@@ -48,8 +113,7 @@ def _supertune(data_settings) -> object:
             "--run-dir",
             str(arm_dir / "run"),
             f"model.tokenizer={p.tokenizer_dir}",
-            f"data.train_files={p.train_txt}",
-            f"data.validation_files={p.heldout_txt}",
+            *DATA,
             *data_settings(s),
             # After the timed window: keep the final evaluation short, skip saving and sampling.
             f"training.per_device_eval_batch_size={s.batch_size}",
@@ -69,7 +133,7 @@ ARMS = {
     "a": Arm(
         "a",
         "document-masked packing",
-        "supertune, data.document_mask=true: whole documents per 512-token block (best-fit decreasing), positions "
+        "supertune, data.document_mask=true: whole documents per block of --seq-len tokens (best-fit decreasing), positions "
         "restarting per document, SDPA with the packed-sequence mask",
         _supertune(lambda s: ["data.packing=true", "data.document_mask=true", f"data.block_size={s.seq_len}"]),
         _records,
@@ -77,14 +141,14 @@ ARMS = {
     "b": Arm(
         "b",
         "padding each document",
-        "supertune, data.packing=false: every document padded (or truncated) to 512, pads out of the loss",
+        "supertune, data.packing=false: every document padded (or truncated) to --seq-len, pads out of the loss",
         _supertune(lambda s: ["data.packing=false", f"data.max_length={s.seq_len}"]),
         _records,
     ),
     "c": Arm(
         "c",
         "plain packing",
-        "supertune, data.packing=true: documents concatenated with EOS between them, cut every 512 tokens",
+        "supertune, data.packing=true: documents concatenated with EOS between them, cut every --seq-len tokens",
         _supertune(lambda s: ["data.packing=true", f"data.block_size={s.seq_len}"]),
         _records,
     ),
@@ -110,6 +174,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=24, help="optimizer steps per arm")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per optimizer step")
     p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="tokens per block and padded length (default 512; 1024 with --format chat, where the conversations "
+        "run longer: the length that truncates few of them, as docs/chat.md advises)",
+    )
+    p.add_argument(
         "--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)"
     )
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
@@ -131,6 +202,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument(
         "--pairs", type=int, default=20, help="(a)/(c) step pairs taken in turns in one process after the arms; 0: none"
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "chat"],
+        default="text",
+        help="chat: the lines as conversations, loss on the answers (results in packing-chat.*)",
     )
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/results alone")
     return p.parse_args()
@@ -214,7 +291,8 @@ def ratios(medians: dict[str, dict[str, float]]) -> list[dict[str, object]]:
 
 def main() -> int:
     args = parse_args()
-    settings = BenchSettings(steps=args.steps, batch_size=args.batch_size, threads=args.threads)
+    seq_len = args.seq_len or (1024 if args.format == "chat" else BenchSettings().seq_len)
+    settings = BenchSettings(steps=args.steps, batch_size=args.batch_size, threads=args.threads, seq_len=seq_len)
     keys = [k for k in args.arms if k in ARMS]
     started = time.time()
     machine_info = machine()
@@ -223,6 +301,9 @@ def main() -> int:
         args.max_other_load = spare + 0.5
     print(f"packing: preparing inputs under {args.work_dir}", flush=True)
     prepared = prepare(args.data_dir.resolve(), args.work_dir.resolve(), settings)
+    DATA[:] = chat_inputs(prepared, args.work_dir.resolve()) if args.format == "chat" else text_inputs(prepared)
+    if args.format == "chat":
+        args.pairs = 0  # the in-process step pairs read the text files; the arms above are the measurement
     warm_up(sys.executable)
     run_root = args.work_dir.resolve() / "runs" / time.strftime("%Y%m%d-%H%M%S")
     rounds: list[dict[str, ArmRun]] = []
@@ -328,6 +409,15 @@ def write_results(
         "kernel against SDPA with the packed mask) has not been run."
     )
     planned = statistics.median(padding_planned) if padding_planned else None
+    title, made = "", ""
+    if args.format == "chat":
+        train = args.work_dir.resolve() / "data" / "chat-train.jsonl"
+        count = sum(1 for _ in train.open(encoding="utf-8"))
+        title = ", conversations"
+        made = (
+            f", made into {count:,} conversations of 1 to 4 question/answer turns, data.format=chat, "
+            "loss on the assistant turns (bench/packing.py chat_inputs)"
+        )
     data = {
         "date": date,
         "command": command,
@@ -351,13 +441,15 @@ def write_results(
         **to_jsonable(summary),
         "ratios": found,
         "interleaved_step_pairs": pairs,
+        "format": args.format,
     }
-    (args.results_dir / "packing.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    stem = "packing-chat" if args.format == "chat" else "packing"
+    (args.results_dir / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md = (
-        "# Packing without cross-document attention: document mask vs padding vs plain packing\n\n"
+        f"# Packing without cross-document attention: document mask vs padding vs plain packing{title}\n\n"
         f"{date}, {machine_info['usable_cores']} CPU cores ({machine_info['cpu_model'] or 'unknown CPU'}), "
         f"torch {data['versions']['torch']}, transformers {data['versions']['transformers']}.\n"
-        f"wikitext-2 valid+test ({prepared.num_documents:,} non-blank lines: paragraphs and headings), tiny Llama "
+        f"wikitext-2 valid+test ({prepared.num_documents:,} non-blank lines: paragraphs and headings{made}), tiny Llama "
         f"(supertune's embedded config), batch {settings.batch_size} x {settings.seq_len} slots, {settings.steps} AdamW steps, "
         f"one process per arm with {settings.threads or 'the default number of'} torch thread(s), SDPA attention, cold caches. "
         "Effective tok/s: non-pad tokens of steps 2..N over their wall time. See bench/README.md.\n\n"
@@ -374,10 +466,10 @@ def write_results(
         + f"\n{gpu}\n"
         "\n## Every round, in the order run\n\n"
         + rounds_table(rounds, {k: ARMS[k].name for k in rounds[0]})
-        + (f"\n{len(repeated)} disturbed arm run(s) were run again; see packing.json.\n" if repeated else "")
+        + (f"\n{len(repeated)} disturbed arm run(s) were run again; see {stem}.json.\n" if repeated else "")
     )
-    (args.results_dir / "packing.md").write_text(md, encoding="utf-8")
-    print(f"\npacking: wrote {args.results_dir / 'packing.json'} and {args.results_dir / 'packing.md'}")
+    (args.results_dir / f"{stem}.md").write_text(md, encoding="utf-8")
+    print(f"\npacking: wrote {args.results_dir / stem}.json and .md")
 
 
 if __name__ == "__main__":

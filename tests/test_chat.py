@@ -90,6 +90,31 @@ def test_prompt_completion_trains_the_completion_and_eos(base_tokenizer):
     assert tok.decode(ids[mask == 1].tolist()) == "The mill is north.</s>"
 
 
+def test_templates_write_the_prompt_and_the_answer_from_the_columns(base_tokenizer):
+    """The two-site recipe's shape: a fixed instruction as the prompt, the document as the answer."""
+    tok = _tokenizer(base_tokenizer)
+    rows = {"title": ["Mill", "Bakery"], "text": ["The mill is north.", "It bakes bread."]}
+    d = DataConfig(format="prompt_completion", prompt_template="Write about {title}: ", completion_template="{text}")
+    ids, masks = encode_rows(rows, d, tok, "t", 0)
+    for title, text, row, mask in zip(rows["title"], rows["text"], ids, masks):
+        prompt = tok(f"Write about {title}: ", add_special_tokens=False)["input_ids"]
+        assert row.tolist() == prompt + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        assert mask.tolist() == [0] * len(prompt) + [1] * (len(row) - len(prompt))
+
+
+def test_the_embedded_stories_train_as_answers_to_one_instruction(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert (
+        main(["train", "--run-dir", str(run), "data.format=prompt_completion", "data.prompt_template=Write a document: ",
+              "data.completion_template={text}", "training.max_steps=2", "training.report_to=[]",
+              "generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1", "data.max_eval_samples=8"])
+        == 0
+    )  # fmt: skip
+    assert "over the completion tokens" in capsys.readouterr().out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["loss_on"] == "completion" and summary["loss_tokens_available"] > 0
+
+
 # --- the loss ----------------------------------------------------------------------------------------
 
 
@@ -208,6 +233,18 @@ def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packin
             "data.format: prompt_completion needs data with prompt and completion columns",
         ),
         (["data.chat_template=/nonexistent.jinja"], "data.chat_template: set with data.format=text"),
+        (
+            ["data.completion_template={text}"],
+            "data.completion_template: writes one part of a prompt/answer row, but data.format is text",
+        ),
+        (
+            ["data.format=prompt_completion", "data.completion_template=the answer"],
+            "data.completion_template: has no placeholder",
+        ),
+        (
+            ["data.format=prompt_completion", "data.prompt_template=Say {", "data.completion_template={text}"],
+            "data.prompt_template: Single '{' encountered",
+        ),
     ],
 )
 def test_config_keys_are_checked_before_anything_runs(capsys, tmp_path, overrides, expected):
@@ -235,6 +272,17 @@ GOOD = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "
             {"prompt": "Say hi", "completion": ""},
             ["data.format=prompt_completion"],
             "data.completion_field: row 2 of the training files (counting from 0): no completion text",
+        ),
+        (
+            {"prompt": "Say hi", "completion": " "},
+            ["data.format=prompt_completion", "data.completion_template={completion}"],
+            "data.completion_template: row 2 of the training files (counting from 0): data.completion_template "
+            "writes empty text for this row ('{completion}')",
+        ),
+        (
+            {"prompt": "Say hi", "completion": "Hi."},
+            ["data.format=prompt_completion", "data.completion_template={answer}"],
+            "data.completion_template: column 'answer' is not in the data (columns: prompt, completion)",
         ),
     ],
 )

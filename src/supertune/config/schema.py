@@ -106,6 +106,10 @@ class DataConfig:
     """Column that holds the prompt (data.format=prompt_completion)."""
     completion_field: str = "completion"
     """Column that holds the answer to the prompt (data.format=prompt_completion)."""
+    prompt_template: str | None = None
+    """data.format=prompt_completion: the prompt written from the row's columns instead of read from prompt_field, e.g. "Write a document: " or "Summarise {title}: " (literal braces as {{ }})."""
+    completion_template: str | None = None
+    """data.format=prompt_completion: the answer written from the row's columns instead of read from completion_field, e.g. "{text}" (with it, plain documents and the embedded stories become prompt/answer rows)."""
     chat_template: str | None = None
     """Jinja chat-template file that renders the conversations (data.format=chat); empty: the tokenizer's own (the embedded tokenizer's built-in one for the embedded default). The final model saves the template with its tokenizer."""
     loss_on: Literal["all", "completion", "assistant"] | None = None

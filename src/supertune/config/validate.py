@@ -222,6 +222,16 @@ def _check_data(cfg: RunConfig, p: list[str]) -> None:
         )
     if d.template is not None:
         _check_template(d.template, p)
+    for key, template in (("prompt_template", d.prompt_template), ("completion_template", d.completion_template)):
+        if template is None:
+            continue
+        if d.format != "prompt_completion":
+            p.append(
+                f"data.{key}: writes one part of a prompt/answer row, but data.format is {d.format}; set "
+                f"data.format=prompt_completion or remove data.{key}"
+            )
+        else:  # a fixed instruction ("Write a document: ") is a prompt without a placeholder
+            _check_template(template, p, f"data.{key}", needs_placeholder=key == "completion_template")
     _check_format(d, p)
     if d.store is not None:
         _check_store(d, p)
@@ -262,10 +272,11 @@ def _check_format(d: DataConfig, p: list[str]) -> None:
             )
     if d.format == "text":
         return
-    if d.format == "prompt_completion" and not (d.train_files or d.dataset_name or d.store):
+    if d.format == "prompt_completion" and not (d.train_files or d.dataset_name or d.store or d.completion_template):
         p.append(
             "data.format: prompt_completion needs data with prompt and completion columns (the embedded data has "
-            "stories and conversations); give data.train_files, or use data.format=chat for the embedded conversations"
+            "stories and conversations); give data.train_files, or data.completion_template={text} to answer with "
+            "the stories, or use data.format=chat for the embedded conversations"
         )
     if d.template is not None:
         p.append(
@@ -285,24 +296,24 @@ def _check_store(d: DataConfig, p: list[str]) -> None:
         p.append("data.store: set together with data.dataset_name; the store already holds the data, remove one")
 
 
-def _check_template(template: str, p: list[str]) -> None:
+def _check_template(template: str, p: list[str], key: str = "data.template", needs_placeholder: bool = True) -> None:
     try:
         parts = [
             (f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(template) if f is not None
         ]
     except ValueError as exc:
-        p.append(f"data.template: {exc}; write placeholders as {{text}} and literal braces as {{{{ }}}}")
+        p.append(f"{key}: {exc}; write placeholders as {{text}} and literal braces as {{{{ }}}}")
         return
     fields = [f for f, _, _ in parts]
-    if not fields:
-        p.append("data.template: has no placeholder; include {text} (or another {column}) where the document goes")
+    if not fields and needs_placeholder:
+        p.append(f"{key}: has no placeholder; include {{text}} (or another {{column}}) where the document goes")
     elif any(not f.isidentifier() for f in fields):
-        p.append(f"data.template: placeholders must be column names like {{text}}, got {fields}")
+        p.append(f"{key}: placeholders must be column names like {{text}}, got {fields}")
     elif any(spec or conversion for _, spec, conversion in parts):
         # A format spec ({text:>{width}}) or conversion ({text!r}) would fail, or quote every document, at run time.
         shown = next("{" + f + (f"!{c}" if c else "") + (f":{s}" if s else "") + "}" for f, s, c in parts if s or c)
         p.append(
-            f"data.template: {shown} has a format spec or conversion; placeholders are plain {{column}}, literal braces {{{{ }}}}"
+            f"{key}: {shown} has a format spec or conversion; placeholders are plain {{column}}, literal braces {{{{ }}}}"
         )
 
 

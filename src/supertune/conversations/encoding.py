@@ -9,7 +9,8 @@ and the first bad one stops the run before its first step with its number and th
   BOS and end-of-turn markers, so data.add_eos appends nothing.
 - prompt_completion: the prompt and the completion tokenized apart and joined, so that the prompt
   has the ids it has when it is given alone to `supertune generate`; EOS (data.add_eos) ends the
-  completion and is trained, so the model learns to stop.
+  completion and is trained, so the model learns to stop. Each is read from its column, or written
+  from the row's columns by data.prompt_template / data.completion_template.
 """
 
 from __future__ import annotations
@@ -111,9 +112,17 @@ def _conversations(
     return ids_out, masks_out
 
 
+def _part(rows: dict[str, list[Any]], template: str | None, field: str, n: int) -> list[Any]:
+    """One part of each row: its column, or the template written from the row's columns (a column
+    the row lacks, or holds None, writes as empty text)."""
+    if template is None:
+        return rows.get(field, [None] * n)
+    return [template.format_map({k: "" if v[i] is None else v[i] for k, v in rows.items()}) for i in range(n)]
+
+
 def _check_prompt_completions(rows: dict[str, list[Any]], d: DataConfig, first_row: int, n: int) -> None:
-    prompts = rows.get(d.prompt_field, [None] * n)
-    completions = rows.get(d.completion_field, [None] * n)
+    prompts = _part(rows, d.prompt_template, d.prompt_field, n)
+    completions = _part(rows, d.completion_template, d.completion_field, n)
     for i, (p, c) in enumerate(zip(prompts, completions)):
         if not isinstance(p, str):
             raise _BadRow(
@@ -121,20 +130,20 @@ def _check_prompt_completions(rows: dict[str, list[Any]], d: DataConfig, first_r
                 RowProblem("data.prompt_field", f"no prompt text in column {d.prompt_field!r}; fix the row or drop it"),
             )
         if not isinstance(c, str) or not c.strip():
-            raise _BadRow(
-                first_row + i,
-                RowProblem(
-                    "data.completion_field",
-                    f"no completion text in column {d.completion_field!r}, so nothing to train on; fix the row or drop it",
-                ),
+            where = (
+                f"data.completion_template writes empty text for this row ({d.completion_template!r})"
+                if d.completion_template is not None
+                else f"no completion text in column {d.completion_field!r}"
             )
+            key = "data.completion_template" if d.completion_template is not None else "data.completion_field"
+            raise _BadRow(first_row + i, RowProblem(key, f"{where}, so nothing to train on; fix the row or drop it"))
 
 
 def _prompt_completions(
     rows: dict[str, list[Any]], d: DataConfig, tokenizer: Any, first_row: int, n: int
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    prompts = rows.get(d.prompt_field, [None] * n)
-    completions = rows.get(d.completion_field, [None] * n)
+    prompts = _part(rows, d.prompt_template, d.prompt_field, n)
+    completions = _part(rows, d.completion_template, d.completion_field, n)
     if not n:
         return [], []
     prompt_ids = tokenizer(list(prompts), add_special_tokens=False, return_attention_mask=False)["input_ids"]

@@ -317,8 +317,17 @@ def _check_columns(d: DataConfig, columns: list[str]) -> None:
     if d.format == "chat":
         needed, field = [d.messages_field], "data.messages_field"
     elif d.format == "prompt_completion":
-        needed = [d.prompt_field, d.completion_field]
-        field = "data.prompt_field" if d.prompt_field not in columns else "data.completion_field"
+        parts = [
+            (template, _template_fields(template), f"data.{name}_template")
+            if template is not None
+            else (None, [column], f"data.{name}_field")
+            for name, template, column in (
+                ("prompt", d.prompt_template, d.prompt_field),
+                ("completion", d.completion_template, d.completion_field),
+            )
+        ]
+        needed = [c for _, fields, _ in parts for c in fields]
+        field = next((key for _, fields, key in parts if any(c not in columns for c in fields)), "")
     else:
         needed = _template_fields(d.template) if d.template else [d.text_field]
         field = "data.template" if d.template else "data.text_field"

@@ -139,12 +139,17 @@ def stored_rows(d: Any, tokenizer: Any) -> dict[str, Any] | None:
             "messages_field": d.messages_field,
             "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
         }
-    return {
+    record = {
         "format": d.format,
         "loss_on": d.loss_target,
         "prompt_field": d.prompt_field,
         "completion_field": d.completion_field,
     }
+    # Only when set: stores written before the templates existed keep matching the runs they made.
+    for key in ("prompt_template", "completion_template"):
+        if getattr(d, key) is not None:
+            record[key] = getattr(d, key)
+    return record
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
