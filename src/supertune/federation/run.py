@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from ..errors import UserError
+from ..output_dirs import check_output_dir, make_output_dir
 from .layout import FederationDir
 from .load import federation_text, load_federation
 from .schema import FederationConfig
@@ -44,7 +45,8 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
             f"--drop: {root.path} holds no federation yet; leave the site out of the federation YAML instead"
         )
     else:
-        root.path.mkdir(parents=True, exist_ok=True)
+        # A directory of anything but this federation is refused here, before a site's config is read.
+        check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
     if drop:
         drop_sites(fed, root, drop)
@@ -55,10 +57,19 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         if root.config.is_file():  # a federation under way: a site's data withdrawn, a profile gone; --status shows it
             record_failure(fed, root, first_unfinished_round(fed, root), str(exc))
         raise
-    if not root.config.is_file():
+    if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
+        make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
     run_rounds(active, plans, root, _executor(active, root), everyone=fed)
     return root
+
+
+def _dir_option(fed: FederationConfig, explicit_dir: str | None) -> str:
+    return (
+        "--dir"
+        if explicit_dir
+        else f"the federation directory of {fed.name!r} (runs/{fed.name}; --dir chooses another)"
+    )
 
 
 def _same_settings(text: str, root: FederationDir) -> bool:
