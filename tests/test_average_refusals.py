@@ -62,7 +62,7 @@ def test_an_output_that_is_an_input_or_inside_one(capsys, tmp_path, models):
 def test_an_output_that_exists(capsys, tmp_path, models):
     (tmp_path / "avg").mkdir()
     (tmp_path / "avg" / "old.txt").write_text("x")
-    assert "exists and is not empty" in refused(capsys, tmp_path, *models)
+    assert "holds files supertune did not write (old.txt)" in refused(capsys, tmp_path, *models)
 
 
 def test_a_different_architecture(capsys, tmp_path, models):

@@ -388,7 +388,8 @@ def test_a_backslash_in_the_run_name_is_blamed_on_the_run_name(capsys, tmp_path)
 def test_a_runs_root_that_cannot_hold_runs_is_blamed_on_runs_root(capsys, tmp_path):
     (tmp_path / "a-file").write_text("")
     message = refused(capsys, "train", f"output.runs_root={tmp_path / 'a-file'}", "training.max_steps=1")
-    assert message.startswith(f"output.runs_root ({str(tmp_path / 'a-file')!r}): cannot create"), message
+    assert message.startswith(f"output.runs_root ({str(tmp_path / 'a-file')!r}): "), message
+    assert message.endswith(f"lies under {tmp_path / 'a-file'}, which is a file; choose another path"), message
     assert list(tmp_path.iterdir()) == [tmp_path / "a-file"]
 
 

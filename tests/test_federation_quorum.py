@@ -69,7 +69,10 @@ def _round(tmp_path: Path, finished: list[str], failing: list[str]):
             SiteWork(SiteConfig(name=name), 2, Path("x.yaml"), site_dir, receipt=site_dir / "evaluated.json")
         )
         if name in finished:
-            write_receipt(site_dir / "trained.json", {"checkpoint": str(site_dir / "run"), "tokens": 1})
+            record = {"site": name, "round": 2, "run": str(site_dir / "run"), "checkpoint": str(site_dir / "run")}
+            write_receipt(
+                site_dir / "trained.json", {**record, "step": 1, "tokens": 1, "samples": 1, "eval_loss": None}
+            )
     return work
 
 
@@ -170,7 +173,8 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
     root = FederationDir(tmp_path)
     rd = root.round(2)
     for name in "acd":
-        write_receipt(rd.site(name).trained, {"checkpoint": "x"})
+        trained = {"site": name, "round": 2, "run": "r", "checkpoint": "x", "step": 1, "tokens": 1, "samples": 1}
+        write_receipt(rd.site(name).trained, {**trained, "eval_loss": 1.0})
         write_receipt(rd.site(name).evaluated, {"eval_loss": 1.0})
     write_receipt(rd.site("d").left_out, {"reason": "local training stopped (exit code 2)", "attempts": 1})
     plans = [SitePlan(s, None, "") for s in sites]  # type: ignore[arg-type]  # the configs are not read: all trained

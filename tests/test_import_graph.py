@@ -98,7 +98,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "entry",
         "rundir",
         "subprocesses",
-        "durable_files",
         "json_lines",
         "file_table",
         "file_formats",
@@ -106,7 +105,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exit_codes",
         "paths",
     ),
-    ("state_records",),
+    ("output_dirs",),
+    ("state_records", "durable_files"),
     ("errors", "supertune"),
 )
 

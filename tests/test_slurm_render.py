@@ -106,8 +106,8 @@ def test_script_passes_bash_n_and_shellcheck(profile: str, launcher: str, tmp_pa
 
 
 def _srun_line(script: str) -> str:
-    """The training step's command line."""
-    return next(line for line in script.splitlines() if line.startswith("srun "))
+    """The training step's command line (after the step that makes node_dirs, if any)."""
+    return next(line for line in script.splitlines() if line.startswith("srun ") and " mkdir " not in line)
 
 
 def test_golden_facts() -> None:
@@ -115,6 +115,11 @@ def test_golden_facts() -> None:
     lumi = _render("lumi", "srun")
     assert "#SBATCH --ntasks-per-node=8" in lumi and "#SBATCH --gpus-per-node=8" in lumi
     assert "#SBATCH --cpus-per-task=7" in lumi and "--cpus-per-task=7 " in _srun_line(lumi)
+    # MIOpen's node-local directories (node_dirs) are made on every node before any process starts
+    made = 'mkdir -p -- "${MIOPEN_USER_DB_PATH}" "${MIOPEN_CUSTOM_CACHE_DIR}"'
+    assert lumi.index(made) < lumi.index(_srun_line(lumi)) and lumi.index("export MIOPEN_USER_DB_PATH=") < lumi.index(
+        made
+    )
     torchrun = _render("leonardo", "torchrun")
     assert "#SBATCH --ntasks-per-node=1" in torchrun and "#SBATCH --cpus-per-task=32" in torchrun
     assert "--nproc-per-node=4" in torchrun

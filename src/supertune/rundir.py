@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError, first_line
+from .output_dirs import make_output_dir
 from .state_records import Field, record_damage
 
 __all__ = ["RunDir", "create_run_dir", "holds_run", "run_of_model", "write_json_atomic"]
@@ -175,25 +176,16 @@ def holds_run(path: Path) -> bool:
 def create_run_dir(explicit: str | None, name: str, runs_root: str, config_text: str) -> RunDir:
     """Create the run directory and write the resolved config into it; never reuse a directory holding a run."""
     if explicit:
-        path = Path(explicit).expanduser().absolute()
-        if (path / CONFIG_FILE).exists():
-            raise UserError(f"--run-dir: {str(path)!r} already holds a run (config.yaml); choose a new directory")
-        if path.exists() and not path.is_dir():
-            raise UserError(f"--run-dir: {str(path)!r} exists and is not a directory")
+        # A directory of the user's own files (a model, checkpoints of another tool) is refused, not filled.
+        path = make_output_dir(explicit, "--run-dir", "run (config.yaml)")
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = Path(runs_root).expanduser().absolute() / f"{name}-{stamp}"
         suffix = 1
-        while path.exists():
+        while os.path.lexists(path):
             suffix += 1
             path = path.with_name(f"{name}-{stamp}-{suffix}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        chosen_by = "--run-dir" if explicit else f"output.runs_root ({runs_root!r})"
-        raise UserError(
-            f"{chosen_by}: cannot create {str(path)!r}: {exc.strerror}; choose a directory you can write"
-        ) from None
+        path = make_output_dir(path, f"output.runs_root ({runs_root!r})", "run")
     run = RunDir(path)
     run.config.write_text(config_text, encoding="utf-8")
     return run

@@ -21,13 +21,14 @@ from pathlib import Path
 from ..checkpoints.faults import fault_point
 from ..errors import UserError
 from ..file_table import sha256_file, size_and_sha256
+from ..output_dirs import Staging
 from ..weight_files.dtypes import OUTPUT_DTYPES, OutputDtype
 from ..weight_files.shard_writer import ShardWriter
 from .checks import joined_problems
 from .inputs import ADAPTER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG, TOKENIZER_FILES, ModelInput, resolve_input
 from .job import AverageJob, checked_job
 from .manifest import AverageManifest, write_average_manifest
-from .output import StagingDir, copy_side_files, write_index
+from .output import copy_side_files, write_index
 from .server_step import MOMENTUM_FILE, SECOND_MOMENT_FILE, ServerStep, second_moment_file
 from .streamer import TensorStreamer, WriterThread
 
@@ -97,7 +98,7 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
         else None
     )
     second_target = second_moment_file(momentum_target) if momentum_target else None
-    with StagingDir(job.out) as staging:
+    with Staging(job.out, "--out") as staging:
         momentum_path, second_path = staging.path / MOMENTUM_FILE, staging.path / SECOND_MOMENT_FILE
         if momentum_target and second_target:
             momentum_target.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +169,7 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
 
 
 def _stream(
-    job: AverageJob, staging: StagingDir, writers: list[ShardWriter], say: Callable[[str], None]
+    job: AverageJob, staging: Staging, writers: list[ShardWriter], say: Callable[[str], None]
 ) -> tuple[dict[str, dict], dict[str, str]]:
     """Every shard, tensor by tensor; ({shard: {size, sha256}}, {tensor: shard})."""
     files: dict[str, dict] = {}

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError
+from ..output_dirs import check_output_dir
 from .inputs import ADAPTER_CONFIG, MODEL_CONFIG, TOKENIZER_FILES, ModelInput
 
 __all__ = [
@@ -70,10 +72,10 @@ def check_output_path(
 
     `others`: further paths the average reads (the --base model, the previous global model)."""
     problems = []
-    out = Path(out).expanduser().resolve()  # symbolic links resolved on both sides
+    given, out = out, Path(os.path.realpath(Path(out).expanduser()))  # symbolic links resolved on both sides
     read = [(f"MODEL {inp.arg}", Path(inp.arg).expanduser()) for inp in inputs]
     read += [(f"MODEL {inp.arg}", inp.directory) for inp in inputs] + [(name, Path(p)) for name, p in others]
-    for name, path in ((n, p.resolve()) for n, p in read):
+    for name, path in ((n, Path(os.path.realpath(p))) for n, p in read):
         if out == path or path in out.parents:
             where = f"is {name} itself" if out == path else f"lies inside {name}"
             problems.append(f"{flag} {out} {where}; write to a new path outside every input")
@@ -81,8 +83,11 @@ def check_output_path(
         if out in path.parents:
             problems.append(f"{flag} {out} contains {name}; write to a new path outside every input")
             return problems
-    if new_directory and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        problems.append(f"--out {out} exists and is not empty; choose a new directory (or remove that one)")
+    if new_directory:
+        try:
+            check_output_dir(given, flag, "average")
+        except UserError as exc:
+            problems.append(str(exc))
     return problems
 
 

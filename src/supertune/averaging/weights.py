@@ -77,5 +77,10 @@ def input_weights(inputs: Sequence[ModelInput], spec: str | Sequence[float]) -> 
         )
     if problems:
         raise UserError(joined_problems(problems))
-    total = math.fsum(raw)
-    return InputWeights(mode, raw, tuple(w / total for w in raw))
+    try:
+        total = math.fsum(raw)
+        return InputWeights(mode, raw, tuple(w / total for w in raw))
+    except OverflowError:  # weights near the largest float (1e308,1e308): their sum is beyond it, their ratios are not
+        largest = max(raw)
+        scaled = [w / largest for w in raw]
+        return InputWeights(mode, raw, tuple(w / math.fsum(scaled) for w in scaled))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 DESCRIPTION = (
     "Federated training across sites: in every round each site trains the global model on its own data "
@@ -39,6 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print the per-round table of a federation directory, its dropped sites and failures, and exit",
     )
     p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every site's config and print the plan and each Slurm site's job script; write and start nothing",
+    )
+    p.add_argument(
         "--drop",
         metavar="SITE",
         action="append",
@@ -56,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         from ..federation import federation_status
 
         print(federation_status(args.status), end="")
+        return 0
+    if args.dry_run:
+        if args.drop:
+            raise UserError("--dry-run and --drop: a dry run changes nothing; leave out --drop to see the plan")
+        from ..federation import federation_plan
+
+        sys.stdout.write(federation_plan(args.federation, args.dir))
         return 0
     from ..federation import federate
     from ..train.logging_setup import setup_logging

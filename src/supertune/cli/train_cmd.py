@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-resume", action="store_true", help="refuse a --run-dir that already holds a run instead of resuming it"
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the library lines supertune silences (docs/runs.md lists them) and the Trainer's raw log records",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
     # Before the heavy imports: SIGUSR1's default action would end this process. A signal becomes
     # the run's stop-request file too (once the run dir is known), which torchrun workers read.
     watched = forward_stop_signals()
+    if args.verbose:
+        import os
+
+        from ..train.logging_setup import VERBOSE_VARIABLE
+
+        os.environ[VERBOSE_VARIABLE] = "1"  # the workers (torchrun's too) inherit it
 
     from ..launch.environment import launch_environment
     from ..resolve import resolve

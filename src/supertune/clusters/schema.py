@@ -76,5 +76,9 @@ class ClusterProfile:
     """Environment of the job. Values may reference other variables as $NAME or ${NAME} (nothing else is expanded)."""
     run_config: dict[str, Any] = field(default_factory=dict)
     """Run-config defaults of this site, e.g. {training: {bf16: true}}: over supertune's defaults, under the run YAML and the command line."""
+    node_dirs: list[str] = field(default_factory=list)
+    """Directories the job makes on every node before any process starts: node-local caches such as MIOpen's, e.g. ["${MIOPEN_USER_DB_PATH}"]; absolute, $NAME references expand in the job."""
     notes: list[str] = field(default_factory=list)
     """Facts to know about the site, including which values are not certain."""
+    placeholders: list[str] = field(default_factory=list)
+    """Words in this profile that stand for your own (an account, a project number in a path), e.g. [project_465000000]: `supertune submit` refuses a job while any value still holds one (a --dry-run warns); write your own values in your profile."""

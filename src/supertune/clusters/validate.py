@@ -54,6 +54,7 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
         if problem:
             bad(f"env.{name}", problem)
     _check_container(p, bad)
+    _check_node_dirs(p, bad)
     if p.run_config:
         _check_run_config(p, bad)
     return out
@@ -171,6 +172,19 @@ def _check_container(p: ClusterProfile, bad: Report) -> None:
             "container.torch_index_url",
             f"{c.torch_index_url!r} is not a URL; e.g. https://download.pytorch.org/whl/rocm6.4",
         )
+
+
+def _check_node_dirs(p: ClusterProfile, bad: Report) -> None:
+    for i, path in enumerate(p.node_dirs):
+        key = f"node_dirs[{i}]"
+        if any(ch in path for ch in "\0\n\r"):
+            bad(key, f"{path!r} holds a NUL byte or a line break, which no command line can carry; remove it")
+        elif not path.startswith(("/", "$")):
+            bad(key, f"{path!r} is not an absolute path (or a $NAME reference to one), e.g. /tmp/${{USER}}-miopen")
+        else:
+            problem = _container_reference_problem(path)
+            if problem:
+                bad(key, problem)
 
 
 def _container_reference_problem(text: str) -> str | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..clusters.schema import ClusterProfile
 from ..errors import UserError
+from ..output_dirs import make_output_dir, marked_as
 from .conda_env import cotainr_command, render_environment
 from .definition import render_definition
 from .pins import Pin, runtime_pins
@@ -42,10 +43,7 @@ def write_container_files(profile: ClusterProfile, out_dir: str | Path, supertun
     pins = runtime_pins()
     if not any(p.key == "torch" for p in pins):
         raise UserError("pinned-requirements.txt has no torch pin; reinstall supertune")
-    out = Path(out_dir).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out: {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(out_dir, "--out", "container recipes", own=marked_as("container"), mark="container")
     definition = out / DEFINITION_NAME
     environment = out / ENVIRONMENT_NAME
     definition.write_text(render_definition(profile, pins, source), encoding="utf-8")

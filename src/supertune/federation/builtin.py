@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import UserError
 from .log_tail import log_tail
 from .phases import average_round, trained_record
-from .receipts import read_receipt, write_receipt
+from .receipts import checked_checkpoint, read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig
 
@@ -38,7 +38,12 @@ class BuiltinExecutor:
             self._train(work)
         if work.average:
             receipts = {name: read_receipt(path) for name, path in work.trained.items()}
-            finished = {name: r["checkpoint"] for name, r in receipts.items() if r}
+            here = {s.name for s in self.fed.sites if not s.login}
+            finished = {
+                name: checked_checkpoint(work.trained[name], r, name, work.number) if name in here else r["checkpoint"]
+                for name, r in receipts.items()
+                if r
+            }
             sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
             log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
             average_round(

@@ -6,11 +6,12 @@ import logging
 from pathlib import Path
 
 from ..errors import UserError
+from ..output_dirs import check_output_dir, make_output_dir
 from .layout import FederationDir
 from .load import federation_text, load_federation
 from .schema import FederationConfig
 
-__all__ = ["federate", "federation_status", "federation_dir"]
+__all__ = ["federate", "federation_plan", "federation_status", "federation_dir"]
 
 log = logging.getLogger("supertune")
 
@@ -44,7 +45,8 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
             f"--drop: {root.path} holds no federation yet; leave the site out of the federation YAML instead"
         )
     else:
-        root.path.mkdir(parents=True, exist_ok=True)
+        # A directory of anything but this federation is refused here, before a site's config is read.
+        check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
     if drop:
         drop_sites(fed, root, drop)
@@ -55,10 +57,75 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         if root.config.is_file():  # a federation under way: a site's data withdrawn, a profile gone; --status shows it
             record_failure(fed, root, first_unfinished_round(fed, root), str(exc))
         raise
-    if not root.config.is_file():
+    if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
+        make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
     run_rounds(active, plans, root, _executor(active, root), everyone=fed)
     return root
+
+
+def federation_plan(path: str | None, explicit_dir: str | None) -> str:
+    """What `federate` would do, checked as it checks before round 1 and writing nothing: the plan, and
+    the round-1 job script of every site that trains as a Slurm job (its run directory as it would be)."""
+    import dataclasses
+
+    from ..clusters.registry import load_profile
+    from ..runs.submit_checks import submit_problems
+    from ..slurm.jobs import render_job
+    from .sites import resolve_sites
+
+    fed, resumed = load_federation(path)
+    root = federation_dir(fed, resumed, explicit_dir)
+    if not root.config.is_file():
+        check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
+    plans = resolve_sites(fed)
+    state = "resumed from its receipts" if root.config.is_file() else "new"
+    lines = [
+        f"# federation {fed.name}: {len(fed.sites)} sites, {fed.rounds} rounds, executor {fed.executor}, "
+        f"aggregation {fed.aggregation.weights} weights, server optimizer {fed.aggregation.server_optimizer}",
+        f"# directory {root.path} ({state}); dry run: nothing written, nothing started",
+    ]
+    scripts = []
+    for plan in plans:
+        site, cfg = plan.site, plan.config
+        place = (
+            f"over SSH at {site.login}"
+            if site.login
+            else f"as Slurm jobs on {site.where}"
+            if site.where != "local"
+            else f"on this machine ({cfg.launch.nproc} process(es))"
+        )
+        until = site.until_round or fed.rounds
+        lines.append(
+            f"# site {site.name}: rounds {site.from_round}-{until}, {site.steps_per_round} steps each, {place}, "
+            f"strategy {cfg.distributed.strategy}, global batch {cfg.training.global_batch_size or '-'}"
+        )
+        if site.where != "local" and not site.login:
+            run_dir = root.round(site.from_round).site(site.name).run
+            named = dataclasses.replace(
+                cfg, output=dataclasses.replace(cfg.output, name=f"{fed.name}-{site.name}-r{site.from_round:03d}")
+            )
+            profile = load_profile(site.where, what=f"sites ({site.name}).where")
+            _, script = render_job(named, profile, str(run_dir))
+            lines += [f"#   a real submission would be refused: {p}" for p in submit_problems(cfg, profile)]
+            scripts.append(
+                f"# ---- {site.name}: the job script of round {site.from_round} ({run_dir / 'job.sbatch'})\n{script}"
+            )
+    if fed.executor == "streamflow":
+        from .streamflow import streamflow_command
+
+        lines.append(
+            f"# StreamFlow runs each round's workflow (its files are written per round under {root.path}): {streamflow_command(fed)}"
+        )
+    return "\n".join(lines + scripts) + "\n"
+
+
+def _dir_option(fed: FederationConfig, explicit_dir: str | None) -> str:
+    return (
+        "--dir"
+        if explicit_dir
+        else f"the federation directory of {fed.name!r} (runs/{fed.name}; --dir chooses another)"
+    )
 
 
 def _same_settings(text: str, root: FederationDir) -> bool:

@@ -23,6 +23,13 @@ def site_problems(cfg: RunConfig, profile: ClusterProfile | None) -> list[str]:
     problems: list[str] = []
     t, name = cfg.training, profile.name
     gpus = cfg.launch.gpus_per_node if cfg.launch.gpus_per_node is not None else profile.gpus_per_node
+    if gpus > 0 and gpus * profile.cpus_per_gpu > profile.cpus_per_node:
+        source = "launch.gpus_per_node" if cfg.launch.gpus_per_node is not None else f"cluster {name}'s gpus_per_node"
+        problems.append(
+            f"{source}: {gpus} GPUs with {profile.cpus_per_gpu} cores each (cpus_per_gpu) need {gpus * profile.cpus_per_gpu} "
+            f"cores, more than the {profile.cpus_per_node} of a node of cluster {name} (cpus_per_node), so Slurm would never "
+            "start the job; use fewer GPUs per node, or set cpus_per_gpu and cpus_per_node to the nodes' own in your profile"
+        )
     if gpus > 0 and not profile.gpu_bf16:
         model = profile.gpu_model or "GPUs"
         if t.bf16:

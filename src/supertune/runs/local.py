@@ -128,7 +128,7 @@ def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutco
         _warn_threads(
             cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), lambda line: print(line, file=sys.stderr, flush=True)
         )
-        return _outcome(run, run_foreground(_argv(cfg, run)))
+        return _outcome(run, run_foreground(_argv(cfg, run), _quiet_torchrun(None)))
     from ..train.logging_setup import setup_logging
     from ..train.run import run_training
 
@@ -155,10 +155,21 @@ def train_logged(
     if cfg.launch.nproc > 1:
         threads = (env or {}).get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
         _warn_threads(cfg.launch.nproc, threads, lambda line: _note(log, line))
-    outcome = _outcome(choice.run, run_logged(_argv(cfg, choice.run), log, env))
+    outcome = _outcome(
+        choice.run, run_logged(_argv(cfg, choice.run), log, _quiet_torchrun(env) if cfg.launch.nproc > 1 else env)
+    )
     for line in summary_lines(outcome.summary, outcome.run) if outcome.summary else []:
         _note(log, line)  # the log ends as `supertune train`'s output does
     return outcome
+
+
+def _quiet_torchrun(env: Mapping[str, str] | None) -> dict[str, str]:
+    """torchrun's environment with OMP_NUM_THREADS=1 where it is unset: what torchrun would set itself,
+    without its banner about setting it (the thread count is checked by _warn_threads)."""
+    merged = dict(env or {})
+    if "OMP_NUM_THREADS" not in merged and "OMP_NUM_THREADS" not in os.environ:
+        merged["OMP_NUM_THREADS"] = "1"
+    return merged
 
 
 def summary_lines(summary: dict, run: RunDir) -> list[str]:

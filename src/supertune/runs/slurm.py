@@ -68,6 +68,7 @@ def start_slurm(
     from ..slurm.jobs import prepare_job, submit_job
 
     new_dir = not (run_dir and Path(run_dir).expanduser().exists())
+    _check_submittable(resolution, dry_run)
     choice = _checked_choice(resolution, run_dir, run_dir_field, no_resume)
     if choice.finished:
         return SlurmStart(choice)
@@ -91,6 +92,25 @@ def start_slurm(
             _remove_unsubmitted(choice.run)
         raise
     return SlurmStart(choice, script, job_id)
+
+
+def _check_submittable(resolution: Resolution, dry_run: bool) -> None:
+    """What would stop the job only after its wait in the queue: refused before sbatch, a warning in a dry run."""
+    import sys
+
+    from .submit_checks import submit_problems
+
+    problems = submit_problems(resolution.config, resolution.profile)
+    if dry_run:
+        for problem in problems:
+            print(f"supertune: warning: a real submission would be refused: {problem}", file=sys.stderr)
+    elif len(problems) == 1:
+        raise UserError(problems[0])
+    elif problems:
+        raise UserError(
+            f"{len(problems)} problems would stop the job after its wait in the queue:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
 
 
 def _remove_unsubmitted(run: RunDir) -> None:

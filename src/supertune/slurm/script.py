@@ -36,6 +36,7 @@ def render_sbatch(job: JobSpec, profile: ClusterProfile, run_dir_field: str = "-
         "set -euo pipefail",
         modules_section(profile),
         _environment(job, profile),
+        _node_dirs(profile),
         _rendezvous(job),
         _preflight(job, profile),
         _step(job, profile),
@@ -128,6 +129,17 @@ def _environment(job: JobSpec, profile: ClusterProfile) -> str:
     # torch's c10d warns about the hostname of every node otherwise; the message is harmless.
     lines.append('export TORCH_CPP_LOG_LEVEL="${TORCH_CPP_LOG_LEVEL:-ERROR}"')
     return "\n".join(lines)
+
+
+def _node_dirs(profile: ClusterProfile) -> str:
+    """The profile's node_dirs, made on every node (one task each) before any process needs them."""
+    if not profile.node_dirs:
+        return ""
+    srun = ["srun", Expand("--ntasks=${SLURM_JOB_NUM_NODES}"), "--ntasks-per-node=1", "--cpus-per-task=1"]
+    return "\n".join([
+        "# Directories on each node's own disk (node_dirs), made before any process needs them",
+        join([*srun, "mkdir", "-p", "--", *(Expand(d) for d in profile.node_dirs)]),
+    ])  # fmt: skip
 
 
 def env_name(name: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from ..documents.sample_checks import check_rows
 from ..errors import UserError
 from ..file_table import FileEntry
 from ..modeling.tokenizer import token_id_limit
+from ..output_dirs import Staging, check_output_dir
 from .manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -251,15 +251,11 @@ class StorePlan:
 
 
 def write_store(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
-    """Let `fill` write a store into a temporary directory next to `out`, then rename it into place."""
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        manifest = fill(tmp)
-        _publish(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Let `fill` write a store into a staging directory next to `out`, then rename it into place
+    (a store already there, checked by check_target, is replaced only then)."""
+    with Staging(out, "--out", replace=True) as staging:
+        manifest = fill(staging.path)
+        staging.publish()
     return manifest
 
 
@@ -349,24 +345,19 @@ def _name(tokenizer: Any) -> str:
     return os.path.basename(str(getattr(tokenizer, "name_or_path", "")).rstrip("/")) or "tokenizer"
 
 
-def check_target(out: Path, force: bool) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"--out: {out} exists and is not a directory; choose another path")
-    if any(out.iterdir()) and not (force and (out / "manifest.json").is_file()):
-        hint = (
-            "pass --force to replace the store"
-            if (out / "manifest.json").is_file()
-            else "choose an empty or new directory"
-        )
-        raise UserError(f"--out: {out} is not empty; {hint}")
+def check_target(out: Path, force: bool) -> Path:
+    """`out` as an absolute path when a store may be written there: new, empty, or (with --force) a store."""
+    out = check_output_dir(out, "--out", "token store (manifest.json)", own=_holds_store)
+    if not force and _holds_store(out):
+        raise UserError(f"--out: {out} holds a token store; pass --force to replace it, or choose another path")
+    return out
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished store into place; an old store is moved aside first and removed last."""
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.rename(out, old)
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+def _holds_store(path: Path) -> bool:
+    """Whether `path` holds a token store: its manifest.json names supertune's store format (a manifest of anything else does not)."""
+    import json
+
+    try:
+        return json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -24,6 +24,7 @@ from typing import Any
 from ..config.yaml_file import read_config_file
 from ..errors import UserError
 from ..json_lines import read_records
+from ..output_dirs import make_output_dir, marked_as
 from ..rundir import RunDir, holds_run, write_json_atomic
 from ..state_records import DamagedFile, Field, record_damage
 from .sweep import SWEEP_FILE, read_sweep
@@ -196,7 +197,7 @@ def write_report(paths: list[str], out: str | None = None) -> tuple[Path, str]:
 
     runs, scaling, title = load_runs(paths)
     folder = Path(out) if out else (Path(paths[0]) / "report" if len(paths) == 1 else Path("report"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_output_dir(folder, "--out", "report", own=_own_report, mark="report")
     rows = scaling_rows(runs)
     table = markdown_table(rows, scaling)
     images = run_plots(runs[0], folder) if len(runs) == 1 else scaling_plots(runs, rows, folder)
@@ -208,6 +209,11 @@ def write_report(paths: list[str], out: str | None = None) -> tuple[Path, str]:
     record = {"title": title, "scaling": scaling, "rows": [asdict(r) for r in rows], "plots": [p.name for p in images]}
     write_json_atomic(folder / "report.json", record)
     return folder, table
+
+
+def _own_report(folder: Path) -> bool:
+    """A report folder supertune wrote: its marker, or (written before markers) report.md beside report.json."""
+    return marked_as("report")(folder) or all((folder / name).is_file() for name in ("report.md", "report.json"))
 
 
 def _explain(scaling: str | None, runs: list[RunResult]) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, first_line
+from ..output_dirs import make_output_dir
 from ..rundir import RunDir, write_json_atomic
 from ..state_records import DamagedFile, Field, read_utf8, record_damage
 from .scales import Scale, plan_scales, scaling_kind
@@ -195,9 +196,7 @@ def new_sweep(
     cluster: str | None,
 ) -> Sweep:
     """Create the sweep directory and its manifest, each scale planned; never reuse a sweep directory."""
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise UserError(f"--sweep-dir: {str(root)!r} already exists and is not empty; choose a new directory")
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_output_dir(root, "--sweep-dir", "sweep")  # never reused: a sweep is resumed from its runs
     sweep = Sweep(
         root, mode, keep, scaling_kind(keep), str(Path(config).absolute()) if config else None, list(overrides), cluster
     )

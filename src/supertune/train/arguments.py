@@ -73,5 +73,9 @@ def training_arguments(cfg: RunConfig, run: RunDir, strategy: dict[str, Any] | N
         # DeepSpeed it must stay off: use_cpu makes accelerate drop DeepSpeed for plain DDP (the
         # process count is repaired afterwards, see supertune.distributed.deepspeed_runtime).
         use_cpu=not torch.cuda.is_available() and "deepspeed" not in kwargs,
+        # Every parameter that trains takes part in a causal LM's forward pass (LoRA's frozen base
+        # weights do not count), so DDP need not search the graph for unused ones after each
+        # backward; left to the Trainer it searches, and warns on every rank that it found none.
+        ddp_find_unused_parameters=False,
         **kwargs,
     )

@@ -7,13 +7,30 @@ import os
 import sys
 import warnings
 
-__all__ = ["setup_logging"]
+__all__ = ["setup_logging", "quiet_trainer_dicts", "verbose_logs", "VERBOSE_VARIABLE"]
+
+VERBOSE_VARIABLE = "SUPERTUNE_VERBOSE"
+"""Set to 1 (`supertune train --verbose` does, for its workers too): every library line is shown."""
+
+SILENCED = {
+    "DeepSpeed": "Setting accelerator to CPU",
+}
+"""Library log lines that say nothing on the machines where they appear (docs/runs.md lists why)."""
+
+
+def verbose_logs() -> bool:
+    return os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
 
 
 def setup_logging() -> None:
     from ..launch.environment import launch_environment
 
     rank = launch_environment().rank
+    if not verbose_logs():
+        # DeepSpeed's logger is made when accelerate imports it (to recognise a DeepSpeed engine),
+        # even in a run without DeepSpeed; its filters are kept from here on.
+        for name, start in SILENCED.items():
+            logging.getLogger(name).addFilter(_DropStartingWith(start))
     level = logging.INFO if rank == 0 else logging.WARNING
     logging.basicConfig(
         level=level, format="%(asctime)s supertune: %(message)s", datefmt="%H:%M:%S", handlers=[_CurrentStderr()]
@@ -36,6 +53,37 @@ def setup_logging() -> None:
         message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
         category=FutureWarning,
     )
+
+
+def quiet_trainer_dicts(trainer) -> None:
+    """The Trainer's own print of every log record as a raw dict (PrinterCallback in a job log, the bar's
+    write in a terminal): supertune's progress lines, metrics.jsonl and TensorBoard carry the same numbers."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(_bar_without_dicts())
+
+
+class _DropStartingWith(logging.Filter):
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.start)
+
+
+def _bar_without_dicts():
+    from transformers.trainer_callback import ProgressCallback
+
+    class BarWithoutDicts(ProgressCallback):
+        """The Trainer's progress bar, without the raw dict it writes under the bar at every log."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ARG002
+            return None
+
+    return BarWithoutDicts
 
 
 class _CurrentStderr(logging.StreamHandler):

@@ -19,6 +19,7 @@ from .arguments import training_arguments
 from .callbacks import MetricsFile, tensorboard_callback
 from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
+from .logging_setup import quiet_trainer_dicts, verbose_logs
 from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
 from .trainer_internals import internals_problems
@@ -86,6 +87,8 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    if not verbose_logs():
+        quiet_trainer_dicts(trainer)
     trainer.supertune = CheckpointSettings(
         layout=layout,
         config_file=run.config,

@@ -1,0 +1,40 @@
+"""`supertune federate --dry-run`: every site's config checked, the plan and each Slurm site's job script
+printed, and nothing written or started."""
+
+from __future__ import annotations
+
+import transformers  # noqa: F401  # its log handler binds sys.stderr when first imported: not a test's capture
+
+from supertune.cli.main import main
+
+FEDERATION = """\
+name: plan-test
+rounds: 2
+sites:
+  - name: here
+    steps_per_round: 4
+    overrides: [training.warmup_steps=0]
+  - name: leo
+    where: leonardo
+    steps_per_round: 8
+    from_round: 2
+    overrides: [training.warmup_steps=0, slurm.account=EUHPC_X]
+"""
+
+
+def test_the_plan_and_the_job_scripts_without_a_file_written(tmp_path, capsys) -> None:
+    config = tmp_path / "federation.yaml"
+    config.write_text(FEDERATION)
+    fed_dir = tmp_path / "runs" / "plan-test"
+    assert main(["federate", str(config), "--dry-run", "--dir", str(fed_dir)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[1] == f"# directory {fed_dir} (new); dry run: nothing written, nothing started"
+    assert lines[2].startswith("# site here: rounds 1-2, 4 steps each, on this machine (1 process(es))")
+    assert lines[3].startswith("# site leo: rounds 2-2, 8 steps each, as Slurm jobs on leonardo")
+    assert f"# ---- leo: the job script of round 2 ({fed_dir}/round-002/leo/run/job.sbatch)" in lines
+    assert "#SBATCH --account=EUHPC_X" in out and "#SBATCH --job-name=plan-test-leo-r002" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["federation.yaml"]
+    # a refusal is the same as a real run's, and leaves nothing either
+    assert main(["federate", str(config), "--dry-run", "--dir", str(config)]) == 2
+    assert f"--dir: {config} is a file" in capsys.readouterr().err
