@@ -6,6 +6,7 @@ averaged together are refused in one line each."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +219,49 @@ def test_sites_that_cannot_be_averaged_together_are_refused_in_one_line_each(tmp
     assert problems([], aggregation={"lora": "merged"}, optimizer_state="kept")[0].startswith(
         "optimizer_state: kept carries a site's AdamW moments into the next round, and with aggregation.lora: merged"
     )
+
+
+@pytest.mark.slow
+def test_a_site_killed_while_continuing_the_global_adapter_resumes_to_the_same_adapter(
+    adapters: Path, tmp_path: Path
+) -> None:
+    """Site-a's round 2 again (site-b's kept), with a checkpoint every step, killed (SIGKILL) after its first:
+    the resumed run continues the global adapter from its checkpoint, and the round reaches the uninterrupted
+    round 2's global adapter."""
+    import shutil
+    import subprocess
+    import sys
+
+    fed_dir = tmp_path / "fed"
+
+    def keep(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        if here == adapters:
+            return {"round-003", "merged", "rounds.json", "rounds.md", "rounds.png"} & set(names)
+        if here == adapters / "round-002":  # site-b's training of round 2 is kept: only site-a trains again
+            return {"site-a", "global", "averaged.json"} & set(names)
+        return {"evaluated.json"} & set(names) if here == adapters / "round-002" / "site-b" else set()
+
+    shutil.copytree(adapters, fed_dir, ignore=keep)
+    config = yaml.safe_load((fed_dir / "federation.yaml").read_text())
+    config["rounds"] = 2
+    for site in config["sites"]:  # checkpoints do not change what is trained
+        site["overrides"].append("training.save_steps=1")
+    (fed_dir / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    killed = subprocess.run(
+        [sys.executable, "-m", "supertune", "federate", str(fed_dir)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SUPERTUNE_FAULT="step@2"),
+        timeout=600,
+    )
+    assert killed.returncode != 0
+    run = fed_dir / "round-002" / "site-a" / "run"
+    assert not (fed_dir / "round-002" / "site-a" / "trained.json").exists() and any(run.rglob("checkpoint-1"))
+    from supertune.federation.run import federate
+
+    federate(str(fed_dir), None)
+    ours, theirs = _weights(fed_dir / "round-002" / "global"), _weights(adapters / "round-002" / "global")
+    assert ours.keys() == theirs.keys()
+    assert max(float(np.max(np.abs(ours[k] - theirs[k]))) for k in ours) <= 1e-6
+    assert (fed_dir / "merged").is_dir()

@@ -60,6 +60,12 @@ def lora_problems(fed: FederationConfig, names: list[str], configs: list[RunConf
                     f"sites[{i}] ({name}): model.lora.{key}={getattr(lora, key)} but site {names[0]} has {getattr(first, key)}; "
                     "adapters are averaged tensor by tensor, give every site the same model.lora.r, alpha and target_modules"
                 )
+    remote = [s.name for s in fed.sites if s.login and s.name in names]
+    if fed.aggregation.lora == "adapters" and remote:
+        p.append(
+            f"aggregation.lora: adapters: the global adapter names its base by its path on this machine, which sites "
+            f"{', '.join(remote)} (reached over SSH) do not have; use aggregation.lora: merged, which sends them the full model"
+        )
     if fed.aggregation.lora == "merged" and fed.optimizer_state == "kept":
         p.append(
             "optimizer_state: kept carries a site's AdamW moments into the next round, and with aggregation.lora: merged "
