@@ -195,12 +195,15 @@ def test_sites_that_cannot_be_averaged_together_are_refused_in_one_line_each(tmp
     from supertune.federation.load import load_federation
     from supertune.federation.sites import resolve_sites
 
-    def problems(site_b: list[str], aggregation: dict | None = None, **extra) -> list[str]:
+    def problems(
+        site_b: list[str], aggregation: dict | None = None, every: list[str] | None = None, **extra
+    ) -> list[str]:
         path = _federation(tmp_path, rounds=1, aggregation=aggregation, site_b=site_b)
-        if extra:
-            data = yaml.safe_load(path.read_text())
-            data.update(extra)
-            path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        data = yaml.safe_load(path.read_text())
+        data.update(extra)
+        for site in data["sites"]:
+            site["overrides"] += every or []
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
         fed, _ = load_federation(str(path))
         with pytest.raises(ConfigError) as caught:
             resolve_sites(fed)
@@ -216,6 +219,9 @@ def test_sites_that_cannot_be_averaged_together_are_refused_in_one_line_each(tmp
         "sites[1] (site-b): model.lora.target_modules=['q_proj'] but site site-a has ['all-linear'];"
     )
     assert all("\n" not in p for p in got)
+    assert problems([], aggregation={"lora": "merged"}, every=["model.lora.enabled=false"])[0].startswith(
+        "aggregation.lora: merged averages LoRA adapters as merged models, and no site trains adapters;"
+    )
     assert problems([], aggregation={"lora": "merged"}, optimizer_state="kept")[0].startswith(
         "optimizer_state: kept carries a site's AdamW moments into the next round, and with aggregation.lora: merged"
     )
@@ -265,3 +271,25 @@ def test_a_site_killed_while_continuing_the_global_adapter_resumes_to_the_same_a
     assert ours.keys() == theirs.keys()
     assert max(float(np.max(np.abs(ours[k] - theirs[k]))) for k in ours) <= 1e-6
     assert (fed_dir / "merged").is_dir()
+
+
+def test_a_global_adapter_is_refused_for_a_site_reached_over_ssh() -> None:
+    from supertune.config.errors import ConfigError
+    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.sites import resolve_sites
+
+    def fed(lora: str) -> FederationConfig:
+        lora_on = ["model.lora.enabled=true", "generate.max_new_tokens=0"]
+        remote = ["data.train_files=/site/scratch/corpus/*.jsonl", "data.validation_files=/site/scratch/valid.jsonl"]
+        return FederationConfig(executor="streamflow", aggregation=AggregationConfig(lora=lora), sites=[  # type: ignore[arg-type]
+            SiteConfig(name="far", login="me@login.example.org", workdir="/site/work", overrides=[*remote, *lora_on]),
+            SiteConfig(name="near", overrides=lora_on),
+        ])  # fmt: skip
+
+    assert len(resolve_sites(fed("merged"))) == 2  # the full model goes to the site
+    with pytest.raises(ConfigError) as refused:
+        resolve_sites(fed("adapters"))
+    assert refused.value.problems == [
+        "aggregation.lora: adapters: the global adapter names its base by its path on this machine, which sites far "
+        "(reached over SSH) do not have; use aggregation.lora: merged, which sends them the full model"
+    ]

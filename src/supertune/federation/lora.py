@@ -50,6 +50,11 @@ def lora_problems(fed: FederationConfig, names: list[str], configs: list[RunConf
             "adapters and full models cannot be averaged together, set model.lora.enabled the same at every site"
         ]
     if not enabled:
+        if fed.aggregation.lora == "merged":
+            return [
+                "aggregation.lora: merged averages LoRA adapters as merged models, and no site trains adapters; "
+                "leave it out, or set model.lora.enabled=true at every site"
+            ]
         return []
     p = []
     for i, (name, cfg) in enumerate(zip(names, configs)):
