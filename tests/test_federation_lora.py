@@ -106,6 +106,16 @@ def test_a_global_adapter_improves_every_site_over_the_base_and_only_adapters_mo
         assert np.max(np.abs(value - expected)) < 1e-5, key
         changed += a is not None
     assert changed == 7  # q, k, v, o, gate, up, down of the one layer
+    # by hand: supertune average merges one adapter into its base, to the same tensors
+    from supertune.cli.main import main
+
+    by_hand = fed_dir.parent / "merged-by-hand"
+    argv = [str(rd / "global"), "--out", str(by_hand), "--merge-first", "--base", str(fed_dir / "round-000" / "global")]
+    assert main(["average", *argv]) == 0
+    merged_by_hand = _weights(by_hand)
+    assert merged_by_hand.keys() == merged.keys() and all(
+        np.array_equal(v, merged[k]) for k, v in merged_by_hand.items()
+    )
 
 
 def _after_round_one_training(source: Path, target: Path, aggregation: dict) -> None:
