@@ -23,6 +23,7 @@ def epilog() -> str:
         "  supertune average site-a/checkpoints/checkpoint-800 site-b/model --out avg --weights uniform --dtype bf16\n"
         "  supertune average a/model b/model c/model --out avg --weights 0.5,0.3,0.2\n"
         "  supertune average lora-a/model lora-b/model --out merged --merge-first --base /models/llama\n"
+        "  supertune average fed/round-003/global --out fed-merged --merge-first --base /models/llama   # one adapter\n"
         "  supertune average a b --out round-2 --global-model round-1 --server-lr 1.0 --server-momentum 0.9\n"
         "  supertune average a b --out round-2 --global-model round-1 --server-optimizer fedadam --server-lr 0.01\n"
     )
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         merge_base=args.base,
         server=server,
         report=lambda line: print(f"supertune: {line}", file=sys.stderr, flush=True),
+        # one adapter merged into its base is a merge of its own (a LoRA federation's last global adapter)
+        minimum_inputs=1 if args.merge_first else 2,
     )
     counts = f", {manifest.tokens:,} tokens" if manifest.tokens is not None else ""
     print(

@@ -51,7 +51,7 @@ class ModelConfig:
     """What model to train and how to load it."""
 
     name_or_path: str | None = None
-    """Local model directory or hub id (used from the local HF cache only when offline). Empty: the embedded tiny Llama."""
+    """Local model directory or hub id (used from the local HF cache only when offline); with model.lora.enabled, a directory of saved LoRA adapters trains them further on the base their adapter_config.json names. Empty: the embedded tiny Llama."""
     from_config: bool = False
     """Build the model from name_or_path's config with fresh random weights (pre-training) instead of loading weights."""
     config_overrides: dict[str, Any] = field(default_factory=dict)

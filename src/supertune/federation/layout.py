@@ -5,11 +5,13 @@
       federation.json            its id, made with the directory (a site's folder records it: ownership.py)
       round-000/global/          the base model, when it is built here (the embedded default)
       round-000/<site>/evaluated.json   the base model's eval loss on the site's validation data
+      round-000/adapter/         LoRA sites, aggregation.lora: adapters: the initial adapter round 1 starts from
       round-NNN/<site>/site.yaml        the site's resolved run config for this round
       round-NNN/<site>/run/             the site's supertune run of this round (resumable)
       round-NNN/<site>/trained.json     receipt: local training finished and verified
       round-NNN/<site>/left_out.json    receipt: the site failed every attempt; the round was averaged without it
-      round-NNN/global/                 the averaged model (supertune average's output)
+      round-NNN/global/                 the averaged model (supertune average's output; LoRA adapters: the global adapter)
+      merged/                    LoRA sites, aggregation.lora: adapters: the last global adapter merged into the base
       round-NNN/averaged.json           receipt: the average is published
       round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
       rounds.json, rounds.md, rounds.png   the per-round table and plot
@@ -52,6 +54,11 @@ class FederationDir:
     @property
     def plot(self) -> Path:
         return self.path / "rounds.png"
+
+    @property
+    def merged(self) -> Path:
+        """LoRA adapters federations: the last round's global adapter merged into the base model."""
+        return self.path / "merged"
 
     @property
     def streamflow(self) -> Path:

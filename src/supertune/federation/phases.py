@@ -80,13 +80,19 @@ def average_round(
             tau=a.server_tau,
         )
     )
+    from .lora import weight_bytes
+
+    # LoRA sites with aggregation.lora: merged: the merged models are averaged, on the previous global model
+    # (the server step then moves full tensors); adapters: the adapter tensors are (lora.py says why both).
+    adapters = bool(checkpoints) and (Path(checkpoints[0]) / "adapter_model.safetensors").is_file()
+    merge_base = previous if adapters and a.lora == "merged" else None
     started = time.time()
     try:
         manifest = read_average_manifest(out)  # published before a kill could write the receipt
     except ValueError:
         # One site left (the others dropped) is allowed: its model goes through the same writer and server step.
         manifest = average_checkpoints(
-            checkpoints, out, weights=weights, dtype=a.dtype, server=server, minimum_inputs=1
+            checkpoints, out, weights=weights, dtype=a.dtype, server=server, minimum_inputs=1, merge_base=merge_base
         )
     record = {
         "round": number,
@@ -94,6 +100,9 @@ def average_round(
         "weights": {name: i["weight"] for name, i in zip(sites, manifest.inputs)},
         "tokens": {name: i["tokens"] for name, i in zip(sites, manifest.inputs)},
         "left_out": dict(left_out or {}),
+        # the weights each site sent (LoRA: its adapters), and what each gets back: the new global model's
+        "sent_bytes": {name: weight_bytes(c) for name, c in zip(sites, checkpoints)},
+        "received_bytes": weight_bytes(out),
         "seconds": time.time() - started,
     }
     write_receipt(receipt, record)

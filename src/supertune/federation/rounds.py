@@ -107,10 +107,14 @@ def run_rounds(
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(plan.text, encoding="utf-8")
+    from .lora import initial_adapter, lora_sites, merge_final_adapter
+
     base = base_model_dir(fed, root)
     identity = federation_id(root)
+    mode = lora_sites(fed, [p.config for p in plans])
+    start = initial_adapter(fed, plans[0].config, base, root) if mode == "adapters" else base
     for number in range(0, fed.rounds + 1):
-        previous = base if number <= 1 else root.round(number - 1).global_model
+        previous = start if number <= 1 else root.round(number - 1).global_model
         try:
             work = _round_work(fed, plans, root, number, previous, base)
             work.federation_id = identity
@@ -122,6 +126,8 @@ def run_rounds(
         if number:
             write_table(everyone, root)
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
+    if mode == "adapters" and not root.merged.is_dir() and merge_final_adapter(fed, base, root) is not None:
+        log.info("the last global adapter merged into the base model: %s", root.merged)
 
 
 def _round_work(

@@ -31,6 +31,8 @@ class AggregationConfig:
     """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation. Local sites only, for now."""
     server_tau: float = 0.001
     """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
+    lora: Literal["adapters", "merged"] = "adapters"
+    """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated.md."""
 
 
 @dataclass

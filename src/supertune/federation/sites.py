@@ -56,6 +56,10 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
             continue
         problems += [f"{where}: {p}" for p in _site_problems(fed, site, res.config)]
         plans.append(SitePlan(site, res.config, dump_config(res.config)))
+    if not problems:
+        from .lora import lora_problems
+
+        problems += lora_problems(fed, [p.site.name for p in plans], [p.config for p in plans])
     if problems:
         raise ConfigError(problems)
     for plan in plans:
@@ -98,10 +102,6 @@ def _base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
 
 def _site_problems(fed: FederationConfig, site: SiteConfig, cfg: RunConfig) -> list[str]:
     p = []
-    if cfg.model.lora.enabled:
-        p.append(
-            "model.lora.enabled: a federation averages whole models; LoRA sites are not supported (average adapters with supertune average)"
-        )
     # An fsdp site's checkpoints are every rank's shards: the average reads them a tensor at a time
     # (averaging.sharded_input); its optimizer state is DCP's, which init_optimizer_from does not read.
     if fed.optimizer_state == "kept" and cfg.distributed.strategy in STRATEGIES_WITH_OWN_OPTIMIZER + ("fsdp",):

@@ -41,6 +41,8 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
                 "train_s": trained["seconds"],
                 "average_s": averaged.get("seconds"),
                 "evaluate_s": evaluated.get("seconds"),
+                "sent_bytes": (averaged.get("sent_bytes") or {}).get(site.name),
+                "received_bytes": averaged.get("received_bytes"),
             })  # fmt: skip
     return rows
 

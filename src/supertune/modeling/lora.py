@@ -7,7 +7,7 @@ from typing import Any
 from ..config.schema import LoraConfig
 from ..errors import UserError, first_line
 
-__all__ = ["add_lora"]
+__all__ = ["add_lora", "continue_lora", "saved_adapters", "adapter_differences"]
 
 
 def add_lora(model: Any, lora: LoraConfig) -> Any:
@@ -46,3 +46,50 @@ def _check_rank(model: Any, lora: LoraConfig) -> None:
             f"model.lora.r: {lora.r} is above the width of the narrowest adapted layer ({min(widths)}); "
             f"a LoRA rank is at most that, usually 4 to 64"
         )
+
+
+def saved_adapters(directory: str) -> dict[str, Any] | None:
+    """The adapter_config.json of a local directory of saved LoRA adapters (and no full model), else None."""
+    import json
+    import os
+
+    path = os.path.join(os.path.expanduser(directory), "adapter_config.json")
+    if not os.path.isfile(path) or os.path.isfile(os.path.join(os.path.expanduser(directory), "config.json")):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"model.name_or_path: {path} is not readable JSON ({first_line(exc)}); save the adapters again"
+        ) from None
+    return values if isinstance(values, dict) else None
+
+
+def adapter_differences(saved: dict[str, Any], lora: LoraConfig) -> list[str]:
+    """Where saved adapters' settings differ from model.lora's: the shape of their tensors and their scale."""
+    targets = saved.get("target_modules")
+    targets = sorted(targets) if isinstance(targets, list) else targets
+    wanted = "all-linear" if lora.target_modules == ["all-linear"] else sorted(lora.target_modules)
+    out = []
+    for key, have, want in (("r", saved.get("r"), lora.r), ("alpha", saved.get("lora_alpha"), lora.alpha)):
+        if have != want:
+            out.append(f"model.lora.{key}={want} but the saved adapters have {have}")
+    # peft expands all-linear into the module names when it saves: only explicit lists are compared
+    if wanted != "all-linear" and isinstance(targets, list) and targets != wanted:
+        out.append(f"model.lora.target_modules={wanted} but the saved adapters adapt {targets}")
+    return out
+
+
+def continue_lora(model: Any, directory: str, saved: dict[str, Any], lora: LoraConfig) -> Any:
+    """Wrap `model` (the adapters' base) with saved adapters, trainable; their settings must be model.lora's."""
+    import os
+
+    from peft import PeftModel
+
+    differences = adapter_differences(saved, lora)
+    if differences:
+        raise UserError(
+            f"model.name_or_path: saved LoRA adapters: {'; '.join(differences)}; set model.lora like the adapters'"
+        )
+    return PeftModel.from_pretrained(model, os.path.expanduser(directory), is_trainable=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..checkpoints.model_files import check_saved_model, model_config_problems
 from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError, first_line
 from ..hub import resolve_reference
-from .lora import add_lora
+from .lora import add_lora, continue_lora, saved_adapters
 from .packed_attention import keep_packed_rows_apart, packed_rows_problem
 from .tokenizer import token_id_limit
 
@@ -46,7 +47,10 @@ def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> 
         common["attn_implementation"] = m.attn_implementation
     elif document_mask and _flash_attention_here():
         common["attn_implementation"] = "flash_attention_2"
-    if m.name_or_path is None:
+    adapters = saved_adapters(m.name_or_path) if m.name_or_path and not m.from_config else None
+    if adapters is not None:
+        model = _load_adapter_base(m, adapters, common)
+    elif m.name_or_path is None:
         config = _default_config(tokenizer, m.config_overrides)
         model = AutoModelForCausalLM.from_config(config, **common)
     else:
@@ -68,8 +72,30 @@ def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> 
     if m.lora.enabled:
         if m.gradient_checkpointing:
             model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
-        model = add_lora(model, m.lora)
+        model = add_lora(model, m.lora) if adapters is None else continue_lora(model, m.name_or_path, adapters, m.lora)
     return model
+
+
+def _load_adapter_base(m: ModelConfig, adapters: dict[str, Any], common: dict[str, Any]) -> Any:
+    """The base model saved LoRA adapters name (their adapter_config.json), loaded to train the adapters further."""
+    from transformers import AutoModelForCausalLM
+
+    from .load_errors import model_load_errors
+
+    if not m.lora.enabled:
+        raise UserError(
+            f"model.name_or_path: {m.name_or_path!r} holds LoRA adapters; set model.lora.enabled=true to train them further, "
+            "or merge them into their base first"
+        )
+    base = adapters.get("base_model_name_or_path")
+    if not base or not os.path.isdir(base):
+        raise UserError(
+            f"model.name_or_path: the adapters in {m.name_or_path!r} name base model {base!r}, which is not a directory "
+            "here; fix base_model_name_or_path in their adapter_config.json"
+        )
+    check_saved_model(base, "model.name_or_path (the adapters' base)", "auto", tokenizer=False)
+    with model_load_errors("model.name_or_path", base):
+        return AutoModelForCausalLM.from_pretrained(base, local_files_only=True, **common)
 
 
 def _flash_attention_here() -> bool:
