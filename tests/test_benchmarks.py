@@ -39,11 +39,11 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def test_a_trained_model_beats_chance_on_the_embedded_task(trained: Path) -> None:
-    """Measured over seeds 1-3 of this run: the group near 0.5 (nouns ~0.9, verbs ~0.4, facts ~0.3),
-    an untrained model near 0.2."""
+    """Measured over seeds 1-3 of this run: the group 0.44-0.52 (nouns 0.88, verbs 0.27-0.42, facts
+    0.17-0.25), an untrained model 0.21."""
     scores = json.loads((trained / "summary.json").read_text())["benchmarks"]
     assert set(scores) == {"supertune_corpus", *(f"supertune_corpus_{k}" for k in ("verbs", "nouns", "facts"))}
-    assert scores["supertune_corpus"]["acc"] > CHANCE + 0.12, scores
+    assert scores["supertune_corpus"]["acc"] > CHANCE + 0.10, scores
     assert scores["supertune_corpus_nouns"]["acc"] > 0.6, scores
 
 

@@ -43,7 +43,7 @@ def run_tasks(
         manager = task_manager(tasks, option)
         load_each(manager, tasks, option)
     was_training = model.training
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    lm = _quiet(HFLM)(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     try:
         out = simple_evaluate(
             model=lm,
@@ -57,6 +57,23 @@ def run_tasks(
     finally:
         model.train(was_training)  # HFLM puts the model in eval mode; a training goes on after it
     return scores_of(out)
+
+
+def _quiet(hflm: type) -> type:
+    """HFLM without its progress bars: in a job log they are lines of carriage returns, and supertune
+    logs the time and the scores of each evaluation itself."""
+
+    class QuietHFLM(hflm):  # type: ignore[misc, valid-type]
+        def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            return super().loglikelihood(requests, disable_tqdm=True)
+
+        def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            return super().loglikelihood_rolling(requests, disable_tqdm=True)
+
+        def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            return super().generate_until(requests, disable_tqdm=True)
+
+    return QuietHFLM
 
 
 def load_each(manager: Any, tasks: list[str], option: str) -> None:

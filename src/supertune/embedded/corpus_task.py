@@ -11,8 +11,9 @@ mean over all its questions) holds 64 questions of each kind:
 * `supertune_corpus_facts`, a fact every document shares: "Ilse is a baker, so she works at the"
   bakery / forge / harbor / clinic.
 
-Measured on the embedded default run (120 steps) over seeds 1 and 2: nouns 0.88, verbs 0.34-0.42,
-facts 0.20-0.25 (the facts need a longer training), the group 0.47-0.52; an untrained model 0.21.
+Measured on the embedded default run (120 steps) over seeds 1, 2 and 3: nouns 0.88, verbs
+0.27-0.42, facts 0.17-0.25 (chance: the facts need a longer training), the group 0.44-0.52; an
+untrained model 0.21.
 The group so stays well above chance after a short run, and the facts task shows what longer
 training adds. The harness compares the model's
 log-likelihood of each choice after the question: no generation, 768 short forward passes (a few
