@@ -86,6 +86,12 @@ CASES = [
     (["output.name=a/b"], "output.name: 'a/b' cannot name a directory"),
     (["launch.nproc=0"], "launch.nproc: must be positive"),
     (["generate.temperature=0"], "generate.temperature: must be positive"),
+    (["evaluation.every_steps=10"], "evaluation.every_steps: there are no evaluation.tasks to run"),
+    (
+        ["evaluation.tasks=[supertune_corpus]", "evaluation.every_steps=10", "distributed.strategy=fsdp"],
+        "evaluation.every_steps: distributed.strategy=fsdp shards the parameters",
+    ),
+    (["evaluation.tasks=['a,b']"], "evaluation.tasks: ['a,b'] holds an empty name or a comma"),
     (["foo.bar=1"], "foo: unknown key"),
     (["model=3"], "model: expected a mapping"),
     (["training.max_steps"], "override 'training.max_steps': expected section.key=value"),

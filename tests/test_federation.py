@@ -74,7 +74,8 @@ def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("federation")
     fed_dir = root / "fed"
-    proc = _federate(str(_federation(root)), "--dir", str(fed_dir))
+    # One small task of the embedded benchmark on every round's global model (about 2 s a round).
+    proc = _federate(str(_federation(root, benchmarks=["supertune_corpus_nouns"])), "--dir", str(fed_dir))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return fed_dir
 
@@ -114,6 +115,21 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
     )
     status = _federate("--status", str(uninterrupted))
     assert status.returncode == 0 and status.stdout == markdown
+
+
+@pytest.mark.slow
+def test_every_rounds_global_model_is_benchmarked_into_the_round_table(uninterrupted: Path) -> None:
+    table = json.loads((uninterrupted / "rounds.json").read_text())
+    assert sorted(table["benchmarks"]) == ["1", "2", "3"]
+    markdown = (uninterrupted / "rounds.md").read_text()
+    assert "## Benchmarks of the global model\n\n| round | supertune_corpus_nouns acc |" in markdown
+    for number, scores in table["benchmarks"].items():
+        receipt = json.loads((uninterrupted / f"round-{int(number):03d}" / "benchmarks.json").read_text())
+        assert receipt["scores"] == scores and 0 <= scores["supertune_corpus_nouns"]["acc"] <= 1
+        assert f"| {number} | {scores['supertune_corpus_nouns']['acc']:.4f} |" in markdown
+    # `supertune eval --tasks` on a round's global model records into the federation directory, marked with its round.
+    records = [json.loads(line) for line in (uninterrupted / "benchmarks.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2, 3]
 
 
 @pytest.mark.slow

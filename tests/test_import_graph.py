@@ -86,6 +86,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("federation", "sweeps"),
     ("runs",),
     ("train",),
+    ("benchmarks",),
     ("evaluation", "telemetry", "tracking"),
     ("resolve",),
     ("slurm", "training_data", "container"),
@@ -181,6 +182,6 @@ def test_the_layer_rule_can_fail():
         "supertune.store.writer": {"supertune.doctor.probe"},
     }
     assert _upward(graph) == [
-        "supertune.config.schema -> supertune.cli.main (config on floor 11, cli on floor 1)",
-        "supertune.store.writer -> supertune.doctor.probe (store on floor 8, doctor on floor 8)",
+        "supertune.config.schema -> supertune.cli.main (config on floor 12, cli on floor 1)",
+        "supertune.store.writer -> supertune.doctor.probe (store on floor 9, doctor on floor 9)",
     ]

@@ -118,6 +118,16 @@ class RunDir:
         return self.path / "mlflow"
 
     @property
+    def benchmarks(self) -> Path:
+        """Scores of lm-evaluation-harness tasks (evaluation.tasks, `supertune eval --tasks`), one JSON record per evaluation."""
+        return self.path / "benchmarks.jsonl"
+
+    @property
+    def benchmarks_table(self) -> Path:
+        """The same scores as a markdown table, rewritten after every evaluation."""
+        return self.path / "benchmarks.md"
+
+    @property
     def resolution(self) -> Path:
         """How config.yaml was resolved: the layers, the cluster profile's files and their sha256."""
         return self.path / "resolution.json"

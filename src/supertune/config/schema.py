@@ -19,6 +19,7 @@ __all__ = [
     "DataConfig",
     "TrainingConfig",
     "GenerateConfig",
+    "EvaluationConfig",
     "OutputConfig",
     "LaunchConfig",
     "SlurmConfig",
@@ -248,6 +249,20 @@ class GenerateConfig:
 
 
 @dataclass
+class EvaluationConfig:
+    """Downstream benchmarks: lm-evaluation-harness tasks run on the model (docs/benchmarks.md)."""
+
+    tasks: list[str] = field(default_factory=list)
+    """Harness tasks run after training, scores into <run dir>/benchmarks.jsonl and .md, metrics.jsonl and the tracking sinks: supertune_corpus (the embedded offline task), a harness task or group (hellaswag, arc_easy; its data in the local Hugging Face datasets cache) or a task YAML file; []: none."""
+    every_steps: int | None = None
+    """Also run them every N optimizer steps during training, on the main process (parameters whole on it: distributed.strategy ddp, zero1 or zero2); empty: after training only."""
+    limit: int | None = None
+    """Documents per task, the first N (a quick look at a large task); empty: all."""
+    batch_size: int = 16
+    """Sequences per forward pass of the harness."""
+
+
+@dataclass
 class OutputConfig:
     """Where a run writes and what it keeps."""
 
@@ -357,6 +372,8 @@ class RunConfig:
     """Optimisation, evaluation, checkpoints, logging."""
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     """Generated sample."""
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """Downstream benchmarks (lm-evaluation-harness)."""
     output: OutputConfig = field(default_factory=OutputConfig)
     """Run directory."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)

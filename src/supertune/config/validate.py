@@ -94,6 +94,7 @@ def _check_sizes(cfg: RunConfig, p: list[str]) -> None:
     if not 0 <= cfg.model.lora.dropout < 1:
         p.append(f"model.lora.dropout: must be in [0, 1), got {cfg.model.lora.dropout}")
     _check_generate(g, p)
+    _check_evaluation(cfg, p)
     if cfg.model.tokenizer_vocab_size < 300:
         p.append(
             f"model.tokenizer_vocab_size: a byte-level tokenizer needs at least 300 entries, got {cfg.model.tokenizer_vocab_size}"
@@ -119,6 +120,31 @@ def _check_generate(g: GenerateConfig, p: list[str]) -> None:
     if g.top_k < 0:
         p.append(f"generate.top_k: must not be negative (0 disables it), got {g.top_k}")
     p += seed_problems("generate.seed", g.seed)
+
+
+def _check_evaluation(cfg: RunConfig, p: list[str]) -> None:
+    e = cfg.evaluation
+    _positive(p, "evaluation.every_steps", e.every_steps, " (optimizer steps between benchmark runs)")
+    _positive(p, "evaluation.limit", e.limit, " (documents per task, e.g. 100)")
+    _positive(p, "evaluation.batch_size", e.batch_size)
+    if any(not t.strip() or "," in t for t in e.tasks):
+        p.append(
+            f"evaluation.tasks: {e.tasks!r} holds an empty name or a comma; give a list, e.g. [supertune_corpus, hellaswag]"
+        )
+    if e.every_steps is not None and not e.tasks:
+        p.append(
+            "evaluation.every_steps: there are no evaluation.tasks to run; name them, e.g. evaluation.tasks=[supertune_corpus]"
+        )
+    if e.every_steps is not None and cfg.distributed.strategy in ("zero3", "fsdp"):
+        p.append(
+            f"evaluation.every_steps: distributed.strategy={cfg.distributed.strategy} shards the parameters, so no process "
+            "holds the model to evaluate during training; drop every_steps (the tasks still run on the saved model after training)"
+        )
+    if e.tasks and cfg.distributed.strategy in ("zero3", "fsdp") and not cfg.output.save_model:
+        p.append(
+            f"evaluation.tasks: under distributed.strategy={cfg.distributed.strategy} the tasks run on the saved model; "
+            "set output.save_model=true"
+        )
 
 
 def _check_model(cfg: RunConfig, p: list[str]) -> None:

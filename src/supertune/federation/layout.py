@@ -13,6 +13,7 @@
       round-NNN/global/                 the averaged model (supertune average's output; LoRA adapters: the global adapter)
       merged/                    LoRA sites, aggregation.lora: adapters: the last global adapter merged into the base
       round-NNN/averaged.json           receipt: the average is published
+      round-NNN/benchmarks.json         receipt: the benchmarks' scores of the global model (benchmarks)
       round-NNN/<site>/evaluated.json   receipt: the global model's eval loss on the site's data
       rounds.json, rounds.md, rounds.png   the per-round table and plot
       dropped.json, failures.jsonl      sites dropped with --drop, and every failed attempt (history.py)
@@ -81,6 +82,11 @@ class RoundDir:
     @property
     def averaged(self) -> Path:
         return self.path / "averaged.json"
+
+    @property
+    def benchmarks(self) -> Path:
+        """Receipt: the scores of the federation's benchmarks on this round's global model."""
+        return self.path / "benchmarks.json"
 
     def site(self, name: str) -> SiteRoundDir:
         return SiteRoundDir(self.path / name)

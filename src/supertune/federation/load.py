@@ -108,6 +108,8 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"name: {fed.name!r} cannot name the federation's folder and jobs; use letters, digits, '-' and '_'")
     if fed.rounds < 1:
         p.append(f"rounds: must be at least 1, got {fed.rounds}")
+    if any(not t.strip() or "," in t for t in fed.benchmarks):
+        p.append(f"benchmarks: {fed.benchmarks!r} holds an empty name or a comma; give a list, e.g. [supertune_corpus]")
     if fed.poll_seconds < 1 or not math.isfinite(fed.poll_seconds):
         p.append(f"poll_seconds: must be at least 1 (a scheduler is not asked more often), got {fed.poll_seconds}")
     a = fed.aggregation

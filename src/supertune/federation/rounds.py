@@ -23,9 +23,9 @@ from ..config.load import dump_config
 from ..errors import UserError
 from .base_model import base_model_dir
 from .history import record_failure
-from .layout import FederationDir
+from .layout import FederationDir, RoundDir
 from .ownership import federation_id
-from .receipts import read_receipt
+from .receipts import read_receipt, write_receipt
 from .schema import FederationConfig, SiteConfig
 from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
@@ -120,6 +120,8 @@ def run_rounds(
             work.federation_id = identity
             if work.train or work.average or work.evaluate:
                 executor.run_round(work)
+            if number and fed.benchmarks and read_receipt(root.round(number).benchmarks) is None:
+                benchmark_round(fed, root.round(number))
         except UserError as exc:
             record_failure(everyone, root, number, str(exc))  # --status shows it
             raise
@@ -128,6 +130,21 @@ def run_rounds(
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
     if mode == "adapters" and not root.merged.is_dir() and merge_final_adapter(fed, base, root) is not None:
         log.info("the last global adapter merged into the base model: %s", root.merged)
+
+
+def benchmark_round(fed: FederationConfig, rd: RoundDir) -> None:
+    """The federation's benchmarks on the round's global model, here (the model is in the federation
+    directory); the receipt, written last, holds the scores the round table shows."""
+    import time
+
+    from ..benchmarks.saved_model import benchmark_saved_model
+    from ..config.schema import EvaluationConfig
+
+    started = time.time()
+    scores, _, _ = benchmark_saved_model(
+        str(rd.global_model), fed.benchmarks, EvaluationConfig(tasks=fed.benchmarks), option="benchmarks"
+    )
+    write_receipt(rd.benchmarks, {"scores": scores, "model": str(rd.global_model), "seconds": time.time() - started})
 
 
 def _round_work(

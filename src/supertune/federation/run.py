@@ -57,6 +57,10 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         if root.config.is_file():  # a federation under way: a site's data withdrawn, a profile gone; --status shows it
             record_failure(fed, root, first_unfinished_round(fed, root), str(exc))
         raise
+    if fed.benchmarks:
+        from ..benchmarks import check_tasks
+
+        check_tasks(fed.benchmarks, "benchmarks")  # a wrong name or missing data before round 1, not after it
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")

@@ -105,5 +105,7 @@ class FederationConfig:
     """Seconds between looks at a site's SLURM job while waiting for it."""
     streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)
     """StreamFlow settings."""
+    benchmarks: list[str] = field(default_factory=list)
+    """lm-evaluation-harness tasks run on every round's global model, in the federation's own process after the round: supertune_corpus (the embedded, offline), a harness task (its data in the local Hugging Face datasets cache) or a task YAML file; the round table (rounds.md, rounds.json) gains their scores; []: none."""
     sites: list[SiteConfig] = field(default_factory=list)
     """The sites, two or more."""

@@ -71,7 +71,35 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
             f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_num(r['weight'])} | {_num(r['local_before'])} | "
             f"{_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | {_secs(r['average_s'])} | {_secs(r['evaluate_s'])} |"
         )
-    return "\n".join(lines + _history(fed, root)) + "\n"
+    return "\n".join(lines + _benchmarks(fed, root) + _history(fed, root)) + "\n"
+
+
+def round_benchmarks(fed: FederationConfig, root: FederationDir) -> dict[int, dict[str, dict[str, float]]]:
+    """{round: {task: {metric: value}}} of the rounds whose global model has benchmark scores."""
+    found = {}
+    for number in range(1, fed.rounds + 1):
+        receipt = read_receipt(root.round(number).benchmarks)
+        if receipt is not None:
+            found[number] = receipt.get("scores") or {}
+    return found
+
+
+def _benchmarks(fed: FederationConfig, root: FederationDir) -> list[str]:
+    """The global model's benchmark scores by round (federation benchmarks), under the table."""
+    by_round = round_benchmarks(fed, root)
+    columns = sorted({(t, m) for scores in by_round.values() for t, row in scores.items() for m in row})
+    if not columns:
+        return []
+    lines = [
+        "",
+        "## Benchmarks of the global model",
+        "",
+        "| round | " + " | ".join(f"{t} {m}" for t, m in columns) + " |",
+    ]
+    lines.append("| ---: |" + " ---: |" * len(columns))
+    for number, scores in by_round.items():
+        lines.append(f"| {number} | " + " | ".join(_num(scores.get(t, {}).get(m)) for t, m in columns) + " |")
+    return lines
 
 
 def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
@@ -112,7 +140,13 @@ def write_table(fed: FederationConfig, root: FederationDir) -> None:
     from ..rundir import write_json_atomic
 
     write_json_atomic(
-        root.table_json, {"federation": fed.name, "base": base_losses(fed, root), "rows": table_rows(fed, root)}
+        root.table_json,
+        {
+            "federation": fed.name,
+            "base": base_losses(fed, root),
+            "rows": table_rows(fed, root),
+            "benchmarks": {str(n): scores for n, scores in round_benchmarks(fed, root).items()},
+        },
     )
     root.table_markdown.write_text(table_markdown(fed, root), encoding="utf-8")
     _plot(fed, root)

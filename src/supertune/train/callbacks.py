@@ -73,3 +73,10 @@ def tensorboard_callback(log_dir: Path) -> Any:
     from transformers.integrations import TensorBoardCallback
 
     return TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(log_dir)))
+
+
+def publish_scores(run: Any, tracking: Any, step: int, scores: dict[str, float]) -> None:
+    """Benchmark scores (bench/<task>/<metric>) into metrics.jsonl and the tracking sinks, at `step`;
+    main process only. Not through Trainer.log: after training, its TensorBoard writer is closed."""
+    append_event(run.metrics, {"step": step, **scores})
+    tracking.log(step, scores)

@@ -7,6 +7,7 @@ import math
 import time
 from typing import Any
 
+from ..benchmarks import check_tasks, flat_scores, record, score_model
 from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..distributed.strategy import prepare_process, shards_parameters
@@ -18,7 +19,7 @@ from ..modeling.tokenizer import load_tokenizer
 from ..resolve.global_batch import fit_global_batch
 from ..rundir import RunDir, write_json_atomic
 from ..training_data.pipeline import build_training_data
-from .callbacks import append_event
+from .callbacks import append_event, publish_scores
 from .final_model import save_final_model
 from .resume import choose_checkpoint
 from .trainer import build_trainer, tokens_per_step
@@ -42,6 +43,8 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer, document_mask=cfg.data.packing and cfg.data.document_mask)
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
+    if cfg.evaluation.tasks and env.is_main:
+        check_tasks(cfg.evaluation.tasks, "evaluation.tasks")  # a missing dataset now, not after the training
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
     try:
         summary = _train_and_finish(cfg, run, model, trainer, guard, tokenizer, data, env, started)
@@ -80,6 +83,8 @@ def _train_and_finish(
     fault_point("final.model", trainer.state.global_step, env.rank)
     summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resumed)
     summary["sharding"] = guard.report
+    if cfg.evaluation.tasks and env.is_main:
+        summary["benchmarks"] = _benchmarks(cfg, run, trainer, tokenizer, env)
     sample = _sample(cfg, trainer, tokenizer, env)
     if env.is_main:
         if sample is not None:
@@ -177,6 +182,23 @@ def _stopped(run: RunDir, trainer: Any, reason: str, env: LaunchEnvironment) -> 
         "stopped at step %d on %s; checkpoint-%d is saved: run the same command again to resume", step, reason, step
     )
     return record
+
+
+def _benchmarks(cfg: RunConfig, run: RunDir, trainer: Any, tokenizer: Any, env: LaunchEnvironment) -> dict:
+    """evaluation.tasks on the trained model, on the main process: the model in memory, or, when the
+    parameters are sharded over the processes, the saved model read back whole (validation asks for
+    output.save_model then)."""
+    step = int(trainer.state.global_step)
+    if shards_parameters(cfg, env):
+        from transformers import AutoModelForCausalLM
+
+        model, where = AutoModelForCausalLM.from_pretrained(str(run.model)), "model"
+    else:
+        model, where = trainer.accelerator.unwrap_model(trainer.model), "trained"
+    scores = score_model(model, tokenizer, cfg.evaluation, cfg.evaluation.tasks, "evaluation.tasks")
+    record(run, scores, step=step, model=where)
+    publish_scores(run, trainer.tracking, step, flat_scores(scores))
+    return scores
 
 
 def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment) -> str | None:

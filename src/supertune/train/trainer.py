@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..benchmarks import BenchmarkCallback
 from ..checkpoints.layout import CheckpointDir
 from ..config.schema import RunConfig
 from ..distributed.guard import StrategyGuard
@@ -16,7 +17,7 @@ from ..telemetry.callback import Telemetry
 from ..tracking.session import Tracking
 from ..training_data.pipeline import TrainingData
 from .arguments import training_arguments
-from .callbacks import MetricsFile, tensorboard_callback
+from .callbacks import MetricsFile, publish_scores, tensorboard_callback
 from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
 from .logging_setup import quiet_trainer_dicts, verbose_logs
@@ -69,6 +70,12 @@ def build_trainer(
     # Only the main process writes TensorBoard events; a writer on every rank leaves empty files behind.
     if env.is_main and "tensorboard" in cfg.training.report_to:
         callbacks.append(tensorboard_callback(run.tensorboard))
+    if cfg.evaluation.every_steps and env.is_main:
+        callbacks.append(
+            BenchmarkCallback(
+                cfg.evaluation, tokenizer, run, lambda step, scores: publish_scores(run, tracking, step, scores)
+            )
+        )
     callbacks.append(telemetry.clock)  # last: a step's time includes the other callbacks' work
     for problem in internals_problems() if env.is_main else ():
         log.warning(
