@@ -13,5 +13,5 @@ else
   echo "supertune: not root, so the Slurm tests (real test cluster) will skip" >&2
 fi
 # Two workers (pytest-xdist): while one waits on a Slurm job or a process's imports, the other runs.
-# tests/conftest.py keeps each file's tests on one worker and every Slurm test on the same one.
-exec python -m pytest -n 2 --dist loadgroup "$@"
+# tests/conftest.py keeps each file's tests on one worker and every Slurm test file on the same one.
+exec python -m pytest -n 2 "$@"

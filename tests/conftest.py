@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import pytest
-
-from slurm_fixtures import SLURM_FIXTURES
 
 # the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py); the ddp run the strategy tests compare with
 pytest_plugins = ["slurm_fixtures", "strategy_runs"]
@@ -30,19 +29,37 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups in the same hook
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`-n 2 --dist loadgroup`, as scripts/test.sh runs the suite), which worker runs what.
+# Test files that start a Slurm test cluster (a session fixture of tests/slurm_fixtures.py), found
+# by the names that reach one: read from the files, since pytest-xdist's scheduler runs in a process
+# that collects no tests.
+_SLURM_FILE = re.compile(r"\b(slurm_single|slurm_multi|slurm_client|mark\.slurm)\b")
 
-    Every test of the Slurm test clusters goes to one worker: a cluster is a session fixture, and two
-    workers would each start one on the same ports. Every other test stays with the rest of its file,
-    so that a module's fixture (a federation run, a reference training) is computed once.
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (`-n 2`, as scripts/test.sh runs the suite), which worker runs what.
+
+    Every file that uses a Slurm test cluster goes to one worker: a cluster is a session fixture,
+    and two workers would each start one on the same ports and network namespaces. Every other file
+    stays whole on one worker, so that a module's fixture (a federation run, a reference training)
+    is computed once. (xdist's own `--dist loadgroup` marks groups in a node id attribute that
+    pytest 9 no longer reads, so the grouping is done here, by file.)
     """
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    for item in items:
-        slurm = item.get_closest_marker("slurm") or set(SLURM_FIXTURES) & set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.xdist_group("slurm" if slurm else item.nodeid.split("::", 1)[0]))
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = Path(config.rootpath)
+    slurm = {
+        path.relative_to(root).as_posix()
+        for path in (root / "tests").rglob("test_*.py")
+        if _SLURM_FILE.search(path.read_text(encoding="utf-8"))
+    }
+
+    class FileOrSlurm(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "slurm" if path in slurm else path
+
+    return FileOrSlurm(config, log)
 
 
 @pytest.fixture(scope="session")
