@@ -15,6 +15,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
+from federation_copies import rehome_receipts
 from supertune.federation.default import site_corpus
 
 TINY_SITE = [
@@ -451,7 +452,7 @@ def test_an_fsdp_site_is_averaged_from_its_sharded_checkpoints(tmp_path: Path) -
 def _receipts_up_to_round_one_training(source: Path, target: Path, aggregation: dict) -> None:
     """A copy of a federation's directory as it stood after round 1's local training, with other aggregation
     settings and one round: round 1's training starts from the base model whatever the server optimizer,
-    so the sites' checkpoints (read where they are) serve every optimizer."""
+    so the sites' checkpoints (copied with their runs) serve every optimizer."""
     import shutil
 
     def keep(directory: str, names: list[str]) -> set[str]:
@@ -462,10 +463,11 @@ def _receipts_up_to_round_one_training(source: Path, target: Path, aggregation: 
         if here == source / "round-001":
             return {"global", "averaged.json"}
         if here.parent == source / "round-001":
-            return {"evaluated.json", "run"}
+            return {"evaluated.json"}
         return set()
 
     shutil.copytree(source, target, ignore=keep)
+    rehome_receipts(source, target)
     config = yaml.safe_load((target / "federation.yaml").read_text())
     config["rounds"] = 1
     config["aggregation"].update(aggregation)

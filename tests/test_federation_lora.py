@@ -14,6 +14,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
+from federation_copies import rehome_receipts
 from supertune.federation.default import site_corpus
 
 LORA_SITE = [
@@ -132,10 +133,11 @@ def _after_round_one_training(source: Path, target: Path, aggregation: dict) -> 
         if here == source / "round-001":
             return {"global", "averaged.json"}
         if here.parent == source / "round-001":
-            return {"evaluated.json", "run"}
+            return {"evaluated.json"}
         return set()
 
     shutil.copytree(source, target, ignore=keep)
+    rehome_receipts(source, target)
     config = yaml.safe_load((target / "federation.yaml").read_text())
     config["rounds"] = 1
     config["aggregation"].update(aggregation)
@@ -259,6 +261,7 @@ def test_a_site_killed_while_continuing_the_global_adapter_resumes_to_the_same_a
         return {"evaluated.json"} & set(names) if here == adapters / "round-002" / "site-b" else set()
 
     shutil.copytree(adapters, fed_dir, ignore=keep)
+    rehome_receipts(adapters, fed_dir)
     config = yaml.safe_load((fed_dir / "federation.yaml").read_text())
     config["rounds"] = 2
     for site in config["sites"]:  # checkpoints do not change what is trained

@@ -61,7 +61,7 @@ def test_follow_logs_and_status_of_a_finished_job(
     text = out.read_text() + err.read_text()
     assert len(follow.stdout) == len(text) and sorted(follow.stdout.splitlines()) == sorted(text.splitlines())
     assert f"supertune: job {job} on 1 node(s), 1 processes (srun)" in text
-    assert "supertune: rank 0 of 1 on " in text and "'train_runtime'" in text
+    assert "supertune: rank 0 of 1 on " in text and "progress: step 4/4 (100%)" in text
     assert "Traceback" not in text, text[-3000:]
     assert not list(tmp_path.rglob("pwned")), "a value was executed"
     assert slurm_single.job_info(job)["JobName"] == HOSTILE_NAME

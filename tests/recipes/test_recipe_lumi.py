@@ -80,7 +80,8 @@ def test_the_job_script_has_lumis_modules_binds_and_environment(tmp_path: Path, 
                    'export HF_HUB_OFFLINE="1"', 'export OMP_NUM_THREADS="7"'):  # fmt: skip
         assert export in lines, export
     assert lines.index(export) > use
-    step = next(line for line in lines if line.startswith("srun "))
+    # the training step (before it, one srun per node makes the MIOpen directories: node_dirs)
+    step = next(line for line in lines if line.startswith("srun ") and " mkdir -p -- " not in line)
     assert ('bash -c \'exec singularity exec --rocm --bind "/project,/scratch,/flash" "/project/project_465001234/supertune-lumi.sif" '
             "python3 -m accelerate.commands.launch --config_file ") in step  # fmt: skip
     assert '--machine_rank "${SLURM_NODEID}"' in step and "--num_processes 32" in step
