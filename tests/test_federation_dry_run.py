@@ -38,3 +38,13 @@ def test_the_plan_and_the_job_scripts_without_a_file_written(tmp_path, capsys) -
     # a refusal is the same as a real run's, and leaves nothing either
     assert main(["federate", str(config), "--dry-run", "--dir", str(config)]) == 2
     assert f"--dir: {config} is a file" in capsys.readouterr().err
+
+
+def test_a_count_of_rounds_past_any_federation_is_refused_before_the_rounds_are_walked(tmp_path, capsys) -> None:
+    """10^12 rounds (a typo, or a damaged federation.yaml) took hours in the checks that walk every round."""
+    config = tmp_path / "federation.yaml"
+    config.write_text(FEDERATION.replace("rounds: 2", "rounds: 1000000000000"))
+    assert main(["federate", str(config), "--dry-run", "--dir", str(tmp_path / "fed")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "rounds: at most 10000 (each round is a folder and a row of the table), got 1000000000000"
+    )

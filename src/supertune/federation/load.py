@@ -100,6 +100,10 @@ def _absolute_paths(fed: FederationConfig, base: Path) -> None:
         fed.base_model = absolute(fed.base_model)
 
 
+MAX_ROUNDS = 10_000
+"""More rounds than any federation runs; a bound before every round is walked."""
+
+
 def federation_problems(fed: FederationConfig) -> list[str]:
     """Everything wrong with the federation's own settings, one line each (the sites' run configs are
     checked by `federation.sites.resolve_sites`)."""
@@ -108,6 +112,10 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"name: {fed.name!r} cannot name the federation's folder and jobs; use letters, digits, '-' and '_'")
     if fed.rounds < 1:
         p.append(f"rounds: must be at least 1, got {fed.rounds}")
+    elif fed.rounds > MAX_ROUNDS:
+        # Checks and tables walk every round: 10^12 of them (a typo, a damaged federation.yaml) would
+        # run for hours before anything else is said.
+        p.append(f"rounds: at most {MAX_ROUNDS} (each round is a folder and a row of the table), got {fed.rounds}")
     if any(not t.strip() or "," in t for t in fed.benchmarks):
         p.append(f"benchmarks: {fed.benchmarks!r} holds an empty name or a comma; give a list, e.g. [supertune_corpus]")
     if fed.poll_seconds < 1 or not math.isfinite(fed.poll_seconds):
@@ -123,7 +131,8 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"aggregation.server_beta2: must be in [0, 1) (0.99 is usual), got {a.server_beta2}")
     if not (math.isfinite(a.server_tau) and a.server_tau > 0):
         p.append(f"aggregation.server_tau: must be a positive number (1e-3 is usual), got {a.server_tau}")
-    p += _participation_problems(fed)
+    if 1 <= fed.rounds <= MAX_ROUNDS:  # it walks every round
+        p += _participation_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:

@@ -92,7 +92,7 @@ class FederationConfig:
     seed: int = 42
     """Seed of the base model's fresh weights (empty base_model). A site's data order in round r comes from its own training.data_seed (or seed) + r - 1."""
     rounds: int = 3
-    """Rounds of local training and averaging."""
+    """Rounds of local training and averaging (at most 10000)."""
     optimizer_state: Literal["fresh", "kept"] = "fresh"
     """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
