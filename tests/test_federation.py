@@ -150,8 +150,21 @@ def test_running_a_finished_federation_again_redoes_nothing(uninterrupted: Path)
     }
     again = _federate(str(uninterrupted))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming the federation" in again.stderr
+    assert "resuming the federation" in again.stderr and "another run config" not in again.stderr
     assert {p: p.stat().st_mtime_ns for p in before} == before
+    # A site's overrides edited in the federation's own federation.yaml are said to be not applied.
+    config = uninterrupted / "federation.yaml"
+    original = config.read_text()
+    try:
+        edited = yaml.safe_load(original)
+        edited["sites"][1]["overrides"].append("training.learning_rate=0.001")
+        config.write_text(yaml.safe_dump(edited, sort_keys=False), encoding="utf-8")
+        warned = _federate(str(uninterrupted))
+    finally:
+        config.write_text(original)
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    assert "site site-b: federation.yaml now gives it another run config than " in warned.stderr
+    assert "site site-a: federation.yaml now" not in warned.stderr
 
 
 @pytest.mark.slow

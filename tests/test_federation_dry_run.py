@@ -45,6 +45,8 @@ def test_a_count_of_rounds_past_any_federation_is_refused_before_the_rounds_are_
     config = tmp_path / "federation.yaml"
     config.write_text(FEDERATION.replace("rounds: 2", "rounds: 1000000000000"))
     assert main(["federate", str(config), "--dry-run", "--dir", str(tmp_path / "fed")]) == 2
-    assert capsys.readouterr().err.strip().endswith(
-        "rounds: at most 10000 (each round is a folder and a row of the table), got 1000000000000"
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("rounds: at most 10000 (each round is a folder and a row of the table), got 1000000000000")
     )

@@ -107,6 +107,15 @@ def run_rounds(
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(plan.text, encoding="utf-8")
+        elif path.read_text(encoding="utf-8") != plan.text:
+            # The rounds go on with the config they started with, so that a resumed federation makes
+            # the same rounds; an edit of federation.yaml (a site's overrides) is not taken silently.
+            log.warning(
+                "site %s: federation.yaml now gives it another run config than %s, which its rounds use; "
+                "the rounds still to run keep that file: to train them with the edit, delete it and run again",
+                plan.site.name,
+                path,
+            )
     from .lora import initial_adapter, lora_sites, merge_final_adapter
 
     base = base_model_dir(fed, root)
