@@ -15,7 +15,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from federation_copies import rehome_receipts
+from federation_copies import copy_through_round_one_training
 from supertune.federation.default import site_corpus
 
 TINY_SITE = [
@@ -466,25 +466,7 @@ def _receipts_up_to_round_one_training(source: Path, target: Path, aggregation: 
     """A copy of a federation's directory as it stood after round 1's local training, with other aggregation
     settings and one round: round 1's training starts from the base model whatever the server optimizer,
     so the sites' checkpoints (copied with their runs) serve every optimizer."""
-    import shutil
-
-    def keep(directory: str, names: list[str]) -> set[str]:
-        here = Path(directory)
-        if here == source:
-            return {n for n in names if n.startswith("round-") and n not in ("round-000", "round-001")} | {
-                "rounds.json", "rounds.md", "rounds.png"}  # fmt: skip
-        if here == source / "round-001":
-            return {"global", "averaged.json"}
-        if here.parent == source / "round-001":
-            return {"evaluated.json"}
-        return set()
-
-    shutil.copytree(source, target, ignore=keep)
-    rehome_receipts(source, target)
-    config = yaml.safe_load((target / "federation.yaml").read_text())
-    config["rounds"] = 1
-    config["aggregation"].update(aggregation)
-    (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    copy_through_round_one_training(source, target, aggregation)
 
 
 @pytest.mark.slow

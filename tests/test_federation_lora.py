@@ -14,7 +14,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from federation_copies import rehome_receipts
+from federation_copies import copy_through_round_one_training, rehome_receipts
 from supertune.federation.default import site_corpus
 
 LORA_SITE = [
@@ -122,26 +122,8 @@ def test_a_global_adapter_improves_every_site_over_the_base_and_only_adapters_mo
 def _after_round_one_training(source: Path, target: Path, aggregation: dict) -> None:
     """A copy of the federation as it stood after round 1's local training, with other aggregation settings
     and one round. Round 1 trains a new adapter on the base in both modes (adapters: from the federation's
-    initial adapter, whose B is zero), so the sites' checkpoints (read where they are) serve each setting."""
-    import shutil
-
-    def keep(directory: str, names: list[str]) -> set[str]:
-        here = Path(directory)
-        if here == source:
-            return {n for n in names if n.startswith("round-") and n not in ("round-000", "round-001")} | {
-                "merged", "rounds.json", "rounds.md", "rounds.png"}  # fmt: skip
-        if here == source / "round-001":
-            return {"global", "averaged.json"}
-        if here.parent == source / "round-001":
-            return {"evaluated.json"}
-        return set()
-
-    shutil.copytree(source, target, ignore=keep)
-    rehome_receipts(source, target)
-    config = yaml.safe_load((target / "federation.yaml").read_text())
-    config["rounds"] = 1
-    config["aggregation"].update(aggregation)
-    (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    initial adapter, whose B is zero), so the sites' checkpoints (copied with their runs) serve each setting."""
+    copy_through_round_one_training(source, target, aggregation, leave_out=("merged",))
 
 
 @pytest.mark.slow
