@@ -80,6 +80,24 @@ def test_labels_are_the_answers_the_template_marks(base_tokenizer, tmp_path, fam
     assert same.tolist() == ids.tolist() and every.all()
 
 
+def test_tool_turns_are_rendered_and_only_the_assistant_turns_trained(base_tokenizer):
+    tok = _tokenizer(base_tokenizer)
+    d = DataConfig(format="chat")
+    attach_chat_template(d, tok, "embedded", own_tokenizer=True)
+    messages = [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "How deep is the well?"},
+        {"role": "assistant", "content": "I will measure it."},
+        {"role": "tool", "content": "depth: 12 metres"},
+        {"role": "assistant", "content": "It is 12 metres deep."},
+    ]
+    (ids,), (mask,) = encode_rows({"messages": [messages]}, d, tok, "t", 0)
+    assert tok.decode(ids.tolist()) == tok.apply_chat_template(messages, tokenize=False)
+    assert "<|tool|>\ndepth: 12 metres</s>" in tok.decode(ids.tolist())
+    trained = tok.decode(ids[mask == 1].tolist())
+    assert trained.replace("\n", "") == "I will measure it.</s>It is 12 metres deep.</s>", trained
+
+
 def test_prompt_completion_trains_the_completion_and_eos(base_tokenizer):
     tok = _tokenizer(base_tokenizer)
     rows = {"prompt": ["Write a document: "], "completion": ["The mill is north."]}
@@ -323,6 +341,24 @@ def test_conversations_read_as_text_name_the_format(capsys, tmp_path):
     assert message.endswith("the rows are conversations ('messages'): set data.format=chat"), message
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_bad_row_of_a_hub_dataset_is_refused_before_a_run_exists(capsys, tmp_path, streaming):
+    """A dataset directory read as data.dataset_name (as a cached hub dataset is): its splits are
+    checked before the run as files are (a stream: its first rows)."""
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    splits = {"train": [GOOD] * 3, "validation": [GOOD, {"messages": [{"role": "tool", "content": "42"}]}, GOOD]}
+    for split, rows in splits.items():
+        (dataset / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    message = refused(
+        capsys, "train", "data.format=chat", f"data.dataset_name={dataset}", f"data.streaming={streaming}",
+        "training.max_steps=2", f"output.runs_root={tmp_path}/runs",
+    )  # fmt: skip
+    expected = f"data.messages_field: row 1 of the 'validation' split of {dataset} (counting from 0): the conversation ends on a tool turn"
+    assert message.startswith(expected), message
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_tokenizer_without_template_needs_one(base_tokenizer, tmp_path):
     tok = _tokenizer(base_tokenizer)
     with pytest.raises(UserError, match=r"^data.chat_template: the tokenizer of 'x' has no chat template"):
@@ -353,10 +389,32 @@ def test_the_embedded_chat_default_trains_saves_its_template_and_answers(capsys,
     assert main(["eval", str(run / "model")]) == 0
     evaluated = capsys.readouterr().out
     assert f"eval loss {summary['eval_loss']:.6f}" in evaluated and "over the assistant turns' tokens" in evaluated
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(6)))
+    assert main(["eval", str(run / "model"), "--data", str(other), "data.format=chat"]) == 0
+    evaluated = capsys.readouterr().out
+    assert "over the assistant turns' tokens" in evaluated and "(6 sequences" in evaluated, evaluated
     monkeypatch.setattr(sys, "stdin", io.StringIO("Where is the mill?\n\nAnd the bridge?\n"))
     model = str(run / "model")
     assert main(["generate", model, "--chat", "--system", "Be brief.", "--max-new-tokens", "4"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2  # one answer per question; the blank line is no turn
+
+
+def test_a_lora_chat_run_trains_the_answers_and_saves_the_template(capsys, tmp_path):
+    run = tmp_path / "run"
+    args = ["data.format=chat", "model.lora.enabled=true", "training.max_steps=2", "training.report_to=[]"]
+    args += ["generate.max_new_tokens=0", "model.config_overrides=num_hidden_layers=1", "data.max_train_samples=64"]
+    assert main(["train", "--run-dir", str(run), *args, "data.max_eval_samples=8"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["loss_on"] == "assistant" and 0 < summary["train_loss_tokens"] < summary["train_tokens"] // 2
+    from transformers import AutoTokenizer
+
+    from supertune.embedded import EMBEDDED_CHAT_TEMPLATE
+
+    assert AutoTokenizer.from_pretrained(str(run / "model")).chat_template == EMBEDDED_CHAT_TEMPLATE
+    capsys.readouterr()
+    assert main(["eval", str(run / "model")]) == 0
+    assert f"eval loss {summary['eval_loss']:.6f}" in capsys.readouterr().out
 
 
 def test_a_token_store_keeps_the_masks(capsys, tmp_path):
@@ -388,7 +446,35 @@ def test_a_token_store_keeps_the_masks(capsys, tmp_path):
         labels(f"data.store={tmp_path}/store", "data.loss_on=all")
 
 
-def test_prepare_submit_refuses_rows_whose_mask_it_cannot_store(capsys, tmp_path):
-    message = refused(capsys, "prepare", "data.format=chat", "--out", str(tmp_path / "store"), "--submit")
-    assert message.startswith("--submit: an array job stores plain documents only for now")
-    assert not (tmp_path / "store").exists()
+def test_an_array_prepare_of_conversations_keeps_the_masks_as_a_single_prepare_does(capsys, tmp_path):
+    """What the tasks of `prepare --submit` and its merge job run, called directly: three parts of
+    conversations merged into the store (masks included) a single prepare writes, byte for byte."""
+    from supertune.config import dump_config
+    from supertune.resolve import resolve_run_config
+    from supertune.store.array import plan_array
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in _conversations(40)))
+    data = ["data.format=chat", f"data.train_files={path}", "data.validation_split_percentage=10"]
+    assert main(["prepare", *data, "--out", str(tmp_path / "single"), "--shard-tokens", "1500"]) == 0
+    cfg = resolve_run_config(None, [*data, "data.store=", "model.bundle=", "data.streaming=false"])
+    work = plan_array(cfg, dump_config(cfg), tmp_path / "merged", 3, 1500, False, False)
+    for part in ("2", "0", "1"):
+        assert main(["prepare", "--part", part, "--work", str(work)]) == 0
+    assert main(["prepare", "--merge", str(work)]) == 0
+    single = sorted(p.name for p in (tmp_path / "single").iterdir())
+    assert single == sorted(p.name for p in (tmp_path / "merged").iterdir())
+    assert {"train-00000.mask", "train-00001.mask", "validation-00000.mask"} <= set(single)
+    for name in single:
+        assert (tmp_path / "single" / name).read_bytes() == (tmp_path / "merged" / name).read_bytes(), name
+    assert main(["prepare", "--verify", str(tmp_path / "merged")]) == 0
+
+
+def test_prepare_submit_refuses_a_bad_conversation_before_anything_is_written(capsys, tmp_path):
+    rows = [GOOD, {"messages": [{"role": "user", "content": "Hi?"}]}, GOOD]
+    message = refused(
+        capsys, "prepare", *_runs(rows, tmp_path)[:2], "data.format=chat", "--out", str(tmp_path / "store"),
+        "--submit", "--cluster", "local", "--shards", "2",
+    )  # fmt: skip
+    assert message.startswith("data.messages_field: row 1 of the training files (counting from 0)"), message
+    assert not (tmp_path / "store").exists() and not (tmp_path / "store.prepare").exists()

@@ -89,6 +89,7 @@ def test_three_rounds_make_a_global_model_better_than_the_base_on_every_site(uni
         last = next(r for r in table["rows"] if r["round"] == 3 and r["site"] == site)
         assert last["global"] < table["base"][site], (site, last, table["base"])
         assert last["tokens"] == 8 * 16 * 128  # steps x global batch x block: packed, every token counts
+        assert last["loss_tokens"] == 8 * 16 * 127  # the first token of each sequence predicts nothing
 
 
 @pytest.mark.slow
@@ -103,6 +104,7 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
         )
         averaged = json.loads((rd / "averaged.json").read_text())
         assert row["tokens"] == trained["tokens"] and row["local_after"] == trained["eval_loss"]
+        assert row["loss_tokens"] == trained["loss_tokens"]
         assert row["global"] == evaluated["eval_loss"] and row["local_before"] == before["eval_loss"]
         assert row["weight"] == averaged["weights"][row["site"]]
         # The site's training receipt points at the checkpoint the average used.
@@ -111,7 +113,7 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
     markdown = (uninterrupted / "rounds.md").read_text()
     first = table["rows"][0]
     assert (
-        f"| 1 | site-a | {first['tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |"
+        f"| 1 | site-a | {first['tokens']:,} | {first['loss_tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |"
         in markdown
     )
     status = _federate("--status", str(uninterrupted))

@@ -112,7 +112,11 @@ def test_kill_then_resume_gives_the_uninterrupted_weights(tmp_path, reference, f
     assert max(abs(run_losses[s] - ref_losses[s]) for s in ref_losses) <= 1e-5
     summary = json.loads((run / "summary.json").read_text())
     assert summary["train_steps"] == 12
-    assert summary["train_tokens"] == json.loads((reference / "summary.json").read_text())["train_tokens"]
+    straight = json.loads((reference / "summary.json").read_text())
+    assert (summary["train_tokens"], summary["train_loss_tokens"]) == (
+        straight["train_tokens"],
+        straight["train_loss_tokens"],
+    )
     # no unfinished save left behind, every published checkpoint passes its check
     layout = CheckpointDir(run / "checkpoints")
     assert not layout.staging_root.exists()
@@ -146,6 +150,9 @@ def test_checkpoint_describes_itself(reference):
     manifest = read_manifest(layout.final(12))
     assert (manifest.step, manifest.samples_seen, manifest.world_size, manifest.global_batch) == (12, 96, 1, 8)
     assert manifest.tokens_seen == json.loads((reference / "summary.json").read_text())["train_tokens"]
+    # Packed text trains every token but the first of each sequence, which predicts nothing.
+    assert manifest.loss_tokens == manifest.tokens_seen - manifest.samples_seen
+    assert json.loads((reference / "summary.json").read_text())["train_loss_tokens"] == manifest.loss_tokens
     for name in (
         "model.safetensors",
         "optimizer.pt",

@@ -31,7 +31,7 @@ SUMMARY_FIELDS = {
         name: Field("number", required=False, null=True)
         for name in (
             "eval_loss", "perplexity", "unigram_perplexity", "train_loss", "train_runtime_s", "tokens_per_second",
-            "resumed_from_step", "wall_time_s", "padding_share", "throughput_tokens_per_s", "mfu",
+            "resumed_from_step", "wall_time_s", "padding_share", "throughput_tokens_per_s", "mfu", "train_loss_tokens",
         )
     },
 }  # fmt: skip

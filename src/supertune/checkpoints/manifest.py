@@ -52,7 +52,7 @@ class CheckpointManifest:
     step: int
     """Optimizer steps done when it was written."""
     tokens_seen: int
-    """Input tokens (non-padding) the run had trained on."""
+    """Input tokens (non-padding) the run had read."""
     samples_seen: int
     """Sequences consumed: step x global batch, the position in the data order."""
     world_size: int
@@ -64,6 +64,10 @@ class CheckpointManifest:
     created_unix: float = field(default_factory=time.time)
     reason: str = "schedule"
     """Why it was written: schedule (save_steps), or the signal that asked the run to stop."""
+    loss_tokens: int | None = None
+    """Tokens the loss was computed on up to this step (targets of the shifted labels that are not -100,
+    over every process): fewer than tokens_seen by a token per sequence at least, and by the prompts
+    under data.loss_on. None in a checkpoint written before they were counted."""
 
     @property
     def total_bytes(self) -> int:

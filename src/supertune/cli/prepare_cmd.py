@@ -122,11 +122,6 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _masked(args: argparse.Namespace) -> bool:
-    """Whether the run config's data.format is not text (the config resolved, as prepare resolves it)."""
-    return _load(args, [])[1].data.format != "text"
-
-
 MAX_ARRAY_TASKS = 4_000_001
 """The largest MaxArraySize Slurm accepts (slurm.conf(5)): no array can have more tasks."""
 
@@ -142,11 +137,6 @@ def _submit(args: argparse.Namespace) -> int:
     from ..store.array import finished_parts, plan_array, work_dir
     from ..store.writer import DEFAULT_SHARD_TOKENS
 
-    if _masked(args):
-        raise UserError(
-            "--submit: an array job stores plain documents only for now; prepare conversations and "
-            "prompt/completion rows (data.format) in one process, without --submit"
-        )
     if not args.cluster:
         raise UserError(
             "--cluster: --submit needs the cluster profile, e.g. --cluster lumi (see supertune clusters list)"
@@ -174,6 +164,13 @@ def _submit(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{array_script}\n{merge_script}")
         print("supertune: dry run: nothing written, nothing submitted", file=sys.stderr)
         return 0
+    if cfg.data.format != "text":
+        # A bad conversation or a template that cannot mark the answers, refused here with its row
+        # rather than by an array task in the queue (seconds: every row's shape, the first rows encoded).
+        from ..modeling.tokenizer import load_tokenizer
+        from ..training_data.row_checks import check_rows_before_start
+
+        check_rows_before_start(cfg.data, load_tokenizer(cfg))
     plan_array(
         cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force
     )

@@ -16,6 +16,7 @@ __all__ = [
     "RawSplits",
     "check_hub_dataset",
     "load_hub_dataset",
+    "load_hub_rows",
     "load_file_rows",
     "load_raw_splits",
     "load_validation_rows",
@@ -157,6 +158,18 @@ def load_file_rows(d: DataConfig, files: list[str]) -> Any:
     rows = _load_files({"rows": files}, streaming=False)["rows"]
     _check_columns(d, list(rows.column_names))
     return rows
+
+
+def load_hub_rows(d: DataConfig) -> dict[str, Any]:
+    """The splits of data.dataset_name a run reads rows from, unsplit and unsampled: "train" and the
+    validation split data.validation_split names (when the dataset has one); what a row's number in
+    an error message counts. Iterable when data.streaming."""
+    loaded = load_hub_dataset(d)
+    names = ["train", validation_split_name(d, list(loaded))]
+    splits = {name: loaded[name] for name in names if name is not None and name in loaded}
+    if "train" in splits:
+        _check_columns(d, list(splits["train"].column_names or []))
+    return splits
 
 
 def _load_files(files: dict[str, list[str]], streaming: bool) -> Any:

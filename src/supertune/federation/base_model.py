@@ -1,5 +1,9 @@
 """The model every site starts round 1 from: the configured base, or the embedded tiny Llama built
-once with fresh weights and saved (with its tokenizer) as round 0's global model."""
+once with fresh weights and saved (with its tokenizer) as round 0's global model.
+
+The embedded tokenizer is saved with the embedded chat template (supertune.embedded.chat), as a chat
+run's final model saves it: a site whose data.format is chat trains and is evaluated from the base
+with the template its run would pick; a text site never reads it."""
 
 from __future__ import annotations
 
@@ -28,11 +32,13 @@ def _build(fed: FederationConfig, target: Path) -> None:
     from transformers import set_seed
 
     from ..config.schema import ModelConfig, RunConfig
+    from ..embedded import EMBEDDED_CHAT_TEMPLATE
     from ..modeling.model import build_model
     from ..modeling.tokenizer import load_tokenizer
 
     set_seed(fed.seed)
     tokenizer = load_tokenizer(RunConfig())
+    tokenizer.chat_template = EMBEDDED_CHAT_TEMPLATE
     model = build_model(ModelConfig(config_overrides=dict(fed.base_config_overrides)), tokenizer)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".global.tmp-", dir=target.parent))

@@ -40,6 +40,7 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
         "checkpoint": str(checkpoint),
         "step": manifest.step,
         "tokens": manifest.tokens_seen,
+        "loss_tokens": manifest.loss_tokens,
         "samples": manifest.samples_seen,
         "eval_loss": summary["eval_loss"],
         "seconds": float(summary.get("wall_time_s") or 0.0),

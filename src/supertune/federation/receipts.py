@@ -20,6 +20,7 @@ TRAINED_FIELDS = {
     "checkpoint": Field("str"),
     "step": Field("int"),
     "tokens": Field("int"),
+    "loss_tokens": Field("int", null=True, required=False),
     "samples": Field("int", null=True),
     "eval_loss": Field("number", null=True),
     "seconds": Field("number", required=False),

@@ -1,7 +1,8 @@
 """The per-round table of a federation, read from its receipts only: markdown for people, JSON for
 scripts, and a PNG of each site's loss by round (under the global model, and after local training).
 
-Columns: the site's tokens this round, its local eval loss before training (the previous global
+Columns: the site's tokens this round and the loss targets among them (the tokens it trained on:
+data.loss_on's, less one a sequence), its local eval loss before training (the previous global
 model on its data), after its local training, and under the new global model; seconds of training,
 averaging and evaluation.
 """
@@ -34,6 +35,7 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
                 "round": number,
                 "site": site.name,
                 "tokens": trained["tokens"],
+                "loss_tokens": trained.get("loss_tokens"),
                 "weight": (averaged.get("weights") or {}).get(site.name),
                 "local_before": previous.get("eval_loss"),
                 "local_after": trained["eval_loss"],
@@ -63,12 +65,12 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         "",
         "base model: " + ", ".join(f"{name} {_num(loss)}" for name, loss in base.items()),
         "",
-        "| round | site | tokens | weight | before | after | global | train s | average s | evaluate s |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| round | site | tokens | loss tokens | weight | before | after | global | train s | average s | evaluate s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_num(r['weight'])} | {_num(r['local_before'])} | "
+            f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_count(r['loss_tokens'])} | {_num(r['weight'])} | {_num(r['local_before'])} | "
             f"{_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | {_secs(r['average_s'])} | {_secs(r['evaluate_s'])} |"
         )
     return "\n".join(lines + _benchmarks(fed, root) + _history(fed, root)) + "\n"
@@ -194,6 +196,10 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def _secs(value: float | None) -> str:

@@ -90,7 +90,7 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)
     check_hub_references(cfg)  # before the row checks below, which load the tokenizer
-    if cfg.data.format != "text" and not (cfg.data.dataset_name or cfg.data.store):
+    if cfg.data.format != "text" and not cfg.data.store:
         # A bad conversation, or a chat template that cannot mark the answers, is refused with its row
         # in the files (seconds: the tokenizer loads, the first rows are rendered).
         from ..modeling.tokenizer import load_tokenizer
@@ -179,6 +179,11 @@ def summary_lines(summary: dict, run: RunDir) -> list[str]:
         + (f" over the {summary['loss_on']} tokens" if summary.get("loss_on", "all") != "all" else "")
         + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
         f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
+        + (
+            f", the loss on {summary['train_loss_tokens']} of them"
+            if summary.get("train_loss_tokens") is not None
+            else ""
+        )
         + (
             f" (resumed at step {summary['resumed_from_step']}; "
             if summary.get("resumed_from_step") is not None

@@ -1,7 +1,8 @@
 """A store made by several processes: N parts tokenized independently (a SLURM array), then merged.
 
 Part i holds rows [i*n/N, (i+1)*n/N) of each split, in the order a single `prepare` reads them,
-as raw token ids and document lengths. The merge streams the parts, in order, through the same
+as raw token ids and document lengths, and for conversations and prompt/completion rows
+(data.format) their loss masks, one byte per token. The merge streams the parts, in order, through the same
 shard writer a single `prepare` uses, so the store it publishes is byte-identical to the one a
 single process writes from the same inputs (manifest included): copying the ids once more costs a
 sequential read and write of the store, seconds per GB, against minutes to hours of tokenizing.
@@ -20,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -127,16 +129,32 @@ def run_part(work: Path, index: int) -> None:
         summary: dict[str, Any] = {"tokenizer": tokenizer_fingerprint(tokenizer)}
         for name, rows in (("train", raw.train), ("validation", raw.validation)):
             n = len(rows)
-            piece = rows.select(range(index * n // plan.parts, (index + 1) * n // plan.parts))
-            with open(tmp / f"{name}.bin", "wb") as ids, open(tmp / f"{name}.len", "wb") as lengths:
+            first = index * n // plan.parts
+            piece = rows.select(range(first, (index + 1) * n // plan.parts))
+            masked = cfg.data.format != "text"
+            with (
+                open(tmp / f"{name}.bin", "wb") as ids,
+                open(tmp / f"{name}.len", "wb") as lengths,
+                open(tmp / f"{name}.mask", "wb") if masked else nullcontext() as masks,
+            ):
 
-                def sink(flat: np.ndarray, doc_lengths: np.ndarray, ids=ids, lengths=lengths) -> None:
+                def sink(
+                    flat: np.ndarray,
+                    doc_lengths: np.ndarray,
+                    mask: np.ndarray | None = None,
+                    ids=ids,
+                    lengths=lengths,
+                    masks=masks,
+                ) -> None:
                     ids.write(flat.astype(dtype).tobytes())
                     lengths.write(doc_lengths.astype("<i8").tobytes())
+                    if masks is not None and mask is not None:
+                        masks.write(mask.astype(np.uint8).tobytes())
 
-                counts = tokenize_rows(piece, cfg, tokenizer, sink, f"{name} part {index}/{plan.parts}")
-                finish_file(ids)
-                finish_file(lengths)
+                counts = tokenize_rows(piece, cfg, tokenizer, sink, f"{name} part {index}/{plan.parts}", first)
+                for handle in (ids, lengths, masks):
+                    if handle is not None:
+                        finish_file(handle)
             np.save(tmp / f"{name}.counts.npy", counts)
             summary[name] = {"rows": len(piece)}
         (tmp / DONE).write_text(json.dumps(summary, sort_keys=True) + "\n", encoding="utf-8")
@@ -177,7 +195,7 @@ def merge_parts(work: Path) -> tuple[Path, Manifest]:
             counts[name] = np.zeros(len(tokenizer), dtype=np.int64)
             for i in range(plan.parts):
                 part = _part_dir(work, i)
-                _copy_part(part, name, store_plan.dtype, writer)
+                _copy_part(part, name, store_plan.dtype, writer, cfg.data.format != "text")
                 counts[name] += np.load(part / f"{name}.counts.npy")
             splits[name] = writer.close()
         return store_plan.manifest(tmp, cfg, tokenizer, splits, counts)
@@ -187,13 +205,15 @@ def merge_parts(work: Path) -> tuple[Path, Manifest]:
     return out, manifest
 
 
-def _copy_part(part: Path, name: str, dtype: np.dtype, writer: SplitWriter) -> None:
-    """Feed a part's documents to the writer in chunks of whole documents (memory stays at one chunk)."""
+def _copy_part(part: Path, name: str, dtype: np.dtype, writer: SplitWriter, masked: bool) -> None:
+    """Feed a part's documents (and, `masked`, their loss masks) to the writer in chunks of whole
+    documents (memory stays at one chunk)."""
     lengths = np.fromfile(part / f"{name}.len", dtype="<i8")
     if not len(lengths):
         return
     ids = np.memmap(part / f"{name}.bin", dtype=dtype, mode="r")
-    if int(lengths.sum()) != len(ids):
+    masks = _part_masks(part, name) if masked else None
+    if int(lengths.sum()) != len(ids) or (masks is not None and len(masks) != len(ids)):
         raise UserError(
             f"--merge: {part / (name + '.bin')} does not hold the tokens its lengths say (damaged); delete {part} and submit again"
         )
@@ -203,8 +223,18 @@ def _copy_part(part: Path, name: str, dtype: np.dtype, writer: SplitWriter) -> N
         # Documents up to the one that crosses the next chunk boundary (at least one document).
         last = max(first + 1, int(np.searchsorted(ends, start + MERGE_CHUNK_TOKENS, side="right")))
         stop = int(ends[last - 1])
-        writer.add_flat(np.asarray(ids[start:stop]), lengths[first:last])
+        mask = None if masks is None else np.asarray(masks[start:stop])
+        writer.add_flat(np.asarray(ids[start:stop]), lengths[first:last], mask)
         first, start = last, stop
+
+
+def _part_masks(part: Path, name: str) -> np.ndarray:
+    path = part / f"{name}.mask"
+    if not path.is_file():
+        raise UserError(
+            f"--merge: {part} has no {path.name}, the loss masks of its rows (a part made by another version); delete {part} and submit again"
+        )
+    return np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, dtype=np.uint8)
 
 
 def _part_dir(work: Path, index: int) -> Path:

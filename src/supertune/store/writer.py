@@ -260,10 +260,12 @@ def write_store(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
 
 
 def tokenize_rows(
-    rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[[np.ndarray, np.ndarray], None], name: str
+    rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[..., None], name: str, first_row: int = 0
 ) -> np.ndarray:
     """Render and tokenize rows in batches on every core (documents/encode_threads.py), giving each batch's
-    documents to `sink` in order as (concatenated ids, lengths); returns the unigram counts of the split."""
+    documents to `sink` in order as (concatenated ids, lengths), and their loss masks as a third argument
+    for data.format chat and prompt_completion; returns the unigram counts of the split. `first_row`:
+    the number of the first row in its split (a part of an array prepare), for the error a bad row raises."""
     # The libraries loaded so far (transformers, torch, datasets: about 250,000 objects) stay out of
     # every later full garbage collection; the batches' lists trigger one, which cost 0.13 s of a
     # 2.5 s prepare. Frozen objects are still freed by reference counting; only garbage cycles
@@ -274,7 +276,7 @@ def tokenize_rows(
     total = len(rows) if hasattr(rows, "__len__") else None
     progress = Progress(name, total)
     if cfg.data.format != "text":
-        return _masked_rows(rows, cfg, tokenizer, sink, name, counts, progress)
+        return _masked_rows(rows, cfg, tokenizer, sink, name, counts, progress, first_row)
     batches = (
         (_row_count(batch), render_texts(batch, cfg.data))
         for batch in _first_checked(iter_row_batches(rows), cfg, name)
@@ -288,14 +290,21 @@ def tokenize_rows(
 
 
 def _masked_rows(
-    rows: Any, cfg: RunConfig, tokenizer: Any, sink: Callable[..., None], name: str, counts: np.ndarray, progress: Any
+    rows: Any,
+    cfg: RunConfig,
+    tokenizer: Any,
+    sink: Callable[..., None],
+    name: str,
+    counts: np.ndarray,
+    progress: Any,
+    first_row: int,
 ) -> np.ndarray:
     """Conversations or prompt/completion rows: ids and loss masks as training encodes them
     (supertune.conversations.encoding), every row checked; the unigram counts are of the trained tokens,
     the baseline of the loss a run from the store reports."""
     from ..conversations.encoding import encode_rows
 
-    first = 0
+    first = first_row
     for batch in iter_row_batches(rows):
         ids, masks = encode_rows(batch, cfg.data, tokenizer, f"the {name} split", first)
         first += len(ids)

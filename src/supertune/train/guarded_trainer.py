@@ -7,6 +7,8 @@
   (supertune.distributed.fsdp_checkpoint) in place of the Trainer's gathered files; the scheduler,
   RNG states and trainer state are the Trainer's, and publishing is the same.
 - A NaN/Inf loss or gradient norm is reported to the RunGuard, which stops every rank at that step.
+- The loss targets of every micro-batch are counted (supertune.train.loss_tokens) and recorded in
+  each checkpoint's manifest beside the tokens seen.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..distributed.fsdp_checkpoint import (
     save_sharded_optimizer,
 )
 from ..errors import UserError
+from .loss_tokens import LossTokenCount
 from .stopping import RunGuard
 
 __all__ = ["GuardedTrainer", "CheckpointSettings", "OPTIMIZER_FILE"]
@@ -61,6 +64,7 @@ class GuardedTrainer(Trainer):
     """Trainer whose checkpoints are atomic and self-describing, and whose NaNs stop the run."""
 
     supertune: CheckpointSettings
+    loss_tokens: LossTokenCount
     _save_root: str | None = None
     _previous_bytes: int | None = None
 
@@ -87,12 +91,14 @@ class GuardedTrainer(Trainer):
         # Every rank has written its files (RNG states, DeepSpeed partitions) before the main
         # process hashes them and publishes the checkpoint.
         self.accelerator.wait_for_everyone()
+        loss_tokens = self.loss_tokens_trained()  # every rank: an all-reduce
         if main:
             staged = s.layout.staged(step)
             shutil.copyfile(s.config_file, staged / s.config_file.name)
             manifest = CheckpointManifest(
                 step=step,
                 tokens_seen=int(self.state.num_input_tokens_seen or 0),
+                loss_tokens=loss_tokens,
                 samples_seen=step * s.global_batch,
                 world_size=self.args.world_size,
                 global_batch=s.global_batch,
@@ -199,6 +205,10 @@ class GuardedTrainer(Trainer):
     def _fault(self, point: str) -> None:
         fault_point(point, self.state.global_step, self.supertune.rank)
 
+    def loss_tokens_trained(self) -> int | None:
+        """Loss targets trained over every process up to now; every rank must call it (an all-reduce)."""
+        return self.loss_tokens.total(self.accelerator, self.args.world_size, self.args.device)
+
     # -- optimizer ---------------------------------------------------------------------------------
 
     def create_optimizer(self, model: Any = None) -> Any:
@@ -235,6 +245,7 @@ class GuardedTrainer(Trainer):
     # -- checks ----------------------------------------------------------------------------------
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        self.loss_tokens.add(inputs)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if not math.isfinite(float(loss)):
             self.supertune.guard.note_nonfinite(self.state.global_step + 1, "the loss")

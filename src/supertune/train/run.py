@@ -100,6 +100,7 @@ def _train_or_resume(cfg: RunConfig, trainer: Any, env: LaunchEnvironment) -> tu
         return trainer.train(), None
     path, manifest = found
     _log_resume(path, manifest, env, trainer.supertune.global_batch)
+    trainer.loss_tokens.resumed_at(manifest.loss_tokens)
     fault_point("resume.loaded", manifest.step, env.rank)
     from transformers import TrainerState
 
@@ -241,6 +242,7 @@ def _summary(
 ) -> dict[str, Any]:
     runtime = float(train_out.metrics.get("train_runtime", 0.0))
     tokens = int(trainer.state.num_input_tokens_seen or 0)
+    loss_tokens = trainer.loss_tokens_trained()  # every rank calls _summary: an all-reduce
     # After a resume, runtime covers this process's steps only, and so does the rate.
     tokens_now = tokens - (resumed.tokens_seen if resumed else 0)
     return {
@@ -254,6 +256,9 @@ def _summary(
         "train_loss": float(train_out.training_loss),
         "train_steps": int(trainer.state.global_step),
         "train_tokens": tokens,
+        # The tokens the loss was computed on (supertune.train.loss_tokens), of train_tokens read;
+        # None after resuming from a checkpoint that did not count them.
+        "train_loss_tokens": loss_tokens,
         "train_runtime_s": runtime,
         "tokens_per_second": tokens_now / runtime if runtime else 0.0,
         "resumed_from_step": resumed.step if resumed else None,

@@ -21,6 +21,7 @@ from .callbacks import MetricsFile, publish_scores, tensorboard_callback
 from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
 from .logging_setup import quiet_trainer_dicts, verbose_logs
+from .loss_tokens import LossTokenCount
 from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
 from .trainer_internals import internals_problems
@@ -105,6 +106,7 @@ def build_trainer(
         guard=run_guard,
         init_optimizer_from=Path(cfg.training.init_optimizer_from) if cfg.training.init_optimizer_from else None,
     )
+    trainer.loss_tokens = LossTokenCount()
     trainer.telemetry = telemetry
     trainer.tracking = tracking
     guard.trainer = trainer

@@ -1,0 +1,145 @@
+"""Conversations through the run paths plain text has: `--nproc 2` (torchrun over gloo), exact resume
+after a SIGKILL, a two-site federation; and the tokens a run trained on (the loss targets), counted
+over the very batches, in the checkpoint manifests, the summary and the federation's round table."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from supertune.checkpoints.layout import CheckpointDir
+from supertune.checkpoints.manifest import read_manifest
+from test_resume import assert_same_weights, losses, train
+
+pytestmark = pytest.mark.slow
+
+# One epoch of 48 embedded conversations, padded (one a row), 8 a step: every conversation is trained
+# exactly once, whatever the order, so the loss targets can be counted from the data alone.
+CONVERSATIONS, STEPS, MAX_LENGTH = 48, 6, 128
+CHAT = [
+    "data.format=chat",
+    "data.packing=false",
+    f"data.max_length={MAX_LENGTH}",
+    f"data.max_train_samples={CONVERSATIONS}",
+    "data.max_eval_samples=16",
+    "model.config_overrides=num_hidden_layers=1",
+    f"training.max_steps={STEPS}",
+    "training.save_steps=3",
+    "training.report_to=[]",
+]
+
+
+def _summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("chat") / "straight"
+    proc = train(run, *CHAT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"the loss on {_summary(run)['train_loss_tokens']} of them" in proc.stdout
+    # Some conversations are longer than a row: kept, truncated, and counted in the log.
+    assert f"training conversations are longer than {MAX_LENGTH} tokens: each is truncated at" in proc.stderr
+    return run
+
+
+def _targets_in_one_epoch() -> tuple[int, int]:
+    """(loss targets, tokens) of the first CONVERSATIONS training conversations as padding trains them:
+    each truncated to MAX_LENGTH, its mask shifted by one (position 0 predicts nothing)."""
+    from transformers import AutoTokenizer
+
+    from supertune.config.schema import DataConfig
+    from supertune.conversations.encoding import encode_rows
+    from supertune.embedded import chat_corpus, default_tokenizer
+    from supertune.embedded.chat import EMBEDDED_CHAT_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(str(default_tokenizer()))
+    tokenizer.chat_template = EMBEDDED_CHAT_TEMPLATE
+    lines = chat_corpus().train.read_text().splitlines()[:CONVERSATIONS]
+    rows = {"messages": [json.loads(line)["messages"] for line in lines]}
+    ids, masks = encode_rows(rows, DataConfig(format="chat"), tokenizer, "the test", 0)
+    targets = sum(int(np.sum(m[1:MAX_LENGTH])) for m in masks)
+    return targets, sum(min(len(x), MAX_LENGTH) for x in ids)
+
+
+def test_the_loss_tokens_are_the_answers_of_the_batches_trained(straight):
+    summary = _summary(straight)
+    targets, tokens = _targets_in_one_epoch()
+    assert (summary["train_tokens"], summary["train_loss_tokens"]) == (tokens, targets)
+    assert 0 < targets < tokens // 2  # the answers are the smaller part of a conversation
+    layout = CheckpointDir(straight / "checkpoints")
+    half, final = (read_manifest(path) for _, path in layout.published())
+    assert (final.step, final.loss_tokens, final.tokens_seen) == (STEPS, targets, tokens)
+    assert 0 < half.loss_tokens < final.loss_tokens and half.loss_tokens < half.tokens_seen
+
+
+def test_two_processes_train_the_same_answers_as_one(straight, tmp_path):
+    run = tmp_path / "two"
+    proc = train(run, *CHAT, "training.per_device_train_batch_size=4", nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one, two = _summary(straight), _summary(run)
+    assert two["world_size"] == 2 and two["loss_on"] == "assistant"
+    assert (two["train_tokens"], two["train_loss_tokens"]) == (one["train_tokens"], one["train_loss_tokens"])
+    ref, got = losses(straight), losses(run)
+    assert ref.keys() == got.keys() and max(abs(ref[s] - got[s]) for s in ref) <= 1e-4
+    assert abs(one["eval_loss"] - two["eval_loss"]) <= 1e-4
+
+
+def test_a_killed_chat_run_resumes_to_the_same_weights_and_loss_tokens(straight, tmp_path):
+    run = tmp_path / "run"
+    killed = train(run, *CHAT, fault="step@5")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    resumed = train(run, *CHAT)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming from checkpoint-3" in resumed.stdout + resumed.stderr
+    assert_same_weights(run, straight)
+    summary = _summary(run)
+    assert summary["resumed_from_step"] == 3
+    assert summary["train_loss_tokens"] == _summary(straight)["train_loss_tokens"]
+    assert read_manifest(CheckpointDir(run / "checkpoints").final(STEPS)).loss_tokens == summary["train_loss_tokens"]
+
+
+def test_a_federation_of_chat_sites_reports_each_sites_loss_tokens(tmp_path):
+    from supertune.embedded.chat import generate_conversations
+
+    sites = []
+    for i, name in enumerate(("site-a", "site-b")):
+        files = {}
+        for split, seed, n in (("train", 100 + i, 64), ("validation", 200 + i, 8)):
+            files[split] = tmp_path / f"{name}-{split}.jsonl"
+            files[split].write_text(
+                "".join(json.dumps({"messages": m}) + "\n" for m in generate_conversations(seed, n))
+            )
+        sites.append({"name": name, "steps_per_round": 2,
+                      "overrides": ["data.format=chat", f"data.train_files={files['train']}",
+                                    f"data.validation_files={files['validation']}", "generate.max_new_tokens=0",
+                                    "training.report_to=[]", "training.warmup_steps=0"]})  # fmt: skip
+    config = {"name": "fed-chat", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "sites": sites}
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    fed = tmp_path / "fed"
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune", "federate", str(tmp_path / "federation.yaml"), "--dir", str(fed)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads((fed / "rounds.json").read_text())["rows"]
+    assert [r["site"] for r in rows] == ["site-a", "site-b"]
+    markdown = (fed / "rounds.md").read_text()
+    for row in rows:
+        trained = json.loads((fed / "round-001" / row["site"] / "trained.json").read_text())
+        manifest = read_manifest(Path(trained["checkpoint"]))
+        assert row["loss_tokens"] == trained["loss_tokens"] == manifest.loss_tokens
+        assert 0 < row["loss_tokens"] < row["tokens"] // 2  # packed conversations: the answers alone
+        assert f"| 1 | {row['site']} | {row['tokens']:,} | {row['loss_tokens']:,} |" in markdown
+        site_summary = json.loads((Path(trained["run"]) / "summary.json").read_text())
+        assert site_summary["loss_on"] == "assistant"
