@@ -20,9 +20,9 @@ from test_resume import assert_same_weights, losses, train
 
 pytestmark = pytest.mark.slow
 
-# One epoch of 48 embedded conversations, padded (one a row), 8 a step: every conversation is trained
+# One epoch of 32 embedded conversations, padded (one a row), 8 a step: every conversation is trained
 # exactly once, whatever the order, so the loss targets can be counted from the data alone.
-CONVERSATIONS, STEPS, MAX_LENGTH = 48, 6, 128
+CONVERSATIONS, STEPS, MAX_LENGTH = 32, 4, 128
 CHAT = [
     "data.format=chat",
     "data.packing=false",
@@ -31,7 +31,7 @@ CHAT = [
     "data.max_eval_samples=16",
     "model.config_overrides=num_hidden_layers=1",
     f"training.max_steps={STEPS}",
-    "training.save_steps=3",
+    "training.save_steps=2",
     "training.report_to=[]",
 ]
 
@@ -95,14 +95,14 @@ def test_two_processes_train_the_same_answers_as_one(straight, tmp_path):
 
 def test_a_killed_chat_run_resumes_to_the_same_weights_and_loss_tokens(straight, tmp_path):
     run = tmp_path / "run"
-    killed = train(run, *CHAT, fault="step@5")
+    killed = train(run, *CHAT, fault="step@3")
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     resumed = train(run, *CHAT)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming from checkpoint-3" in resumed.stdout + resumed.stderr
+    assert "resuming from checkpoint-2" in resumed.stdout + resumed.stderr
     assert_same_weights(run, straight)
     summary = _summary(run)
-    assert summary["resumed_from_step"] == 3
+    assert summary["resumed_from_step"] == 2
     assert summary["train_loss_tokens"] == _summary(straight)["train_loss_tokens"]
     assert read_manifest(CheckpointDir(run / "checkpoints").final(STEPS)).loss_tokens == summary["train_loss_tokens"]
 
