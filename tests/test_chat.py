@@ -359,6 +359,31 @@ def test_a_bad_row_of_a_hub_dataset_is_refused_before_a_run_exists(capsys, tmp_p
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_hub_dataset_of_conversations_trains_on_its_answers(capsys, tmp_path):
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    for split, n in (("train", 48), ("validation", 8)):
+        rows = _conversations(n)
+        (dataset / f"{split}.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in rows))
+    run = tmp_path / "run"
+    args = ["data.format=chat", f"data.dataset_name={dataset}", "training.max_steps=2", "training.report_to=[]"]
+    assert (
+        main(
+            [
+                "train",
+                "--run-dir",
+                str(run),
+                *args,
+                "generate.max_new_tokens=0",
+                "model.config_overrides=num_hidden_layers=1",
+            ]
+        )
+        == 0
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["loss_on"] == "assistant" and 0 < summary["train_loss_tokens"] < summary["train_tokens"] // 2
+
+
 def test_a_tokenizer_without_template_needs_one(base_tokenizer, tmp_path):
     tok = _tokenizer(base_tokenizer)
     with pytest.raises(UserError, match=r"^data.chat_template: the tokenizer of 'x' has no chat template"):
