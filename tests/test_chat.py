@@ -235,6 +235,22 @@ def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packin
     assert streamed == stored and any(-100 in labels for _, labels in stored)
 
 
+def test_the_loss_targets_are_the_shifted_labels_that_are_kept():
+    from supertune.train.loss_tokens import LossTokenCount, loss_targets
+
+    labels = torch.tensor([[-100, -100, 5, 6, -100], [7, 8, 9, -100, -100]])
+    assert int(loss_targets({"labels": labels})) == 2 + 2  # position 0 of each row predicts nothing
+    assert int(loss_targets({"labels": labels, "shift_labels": labels})) == 5  # a collator's own shift wins
+    assert loss_targets({"input_ids": labels}) is None
+    count = LossTokenCount()
+    count.resumed_at(100)
+    count.add({"labels": labels})
+    count.add({"input_ids": labels})
+    assert count.total(None, 1, "cpu") == 104
+    count.resumed_at(None)  # a checkpoint written before loss tokens were counted: the total is unknown
+    assert count.total(None, 1, "cpu") is None
+
+
 # --- refusals ----------------------------------------------------------------------------------------
 
 
