@@ -1,5 +1,6 @@
 """Directories the user names as outputs, for every command that writes one (train, submit, prepare,
-average, federate, sweep, report, container): a directory of the user's own files, a regular file, a
+prepare --submit's work directory, average, average --momentum-out, federate, sweep, report,
+container): a directory of the user's own files, a regular file, a
 path under a file, symbolic links (to an empty directory, dangling, in a loop) and a read-only file
 system are each refused in one line naming the option, and nothing there is changed or left behind.
 supertune's own output of the same kind is written into again; a directory named like a staging one
@@ -23,8 +24,36 @@ from average_models import save_model
 from supertune.cli.main import main
 from supertune.output_dirs import STAGING_MARKER, Staging
 
-WRITERS = ["train", "submit", "prepare", "average", "federate", "sweep", "report", "container"]
-OPTIONS = {"train": "--run-dir", "submit": "--run-dir", "federate": "--dir", "sweep": "--sweep-dir"}
+WRITERS = [
+    "train",
+    "submit",
+    "prepare",
+    "prepare-submit",
+    "average",
+    "average-momentum",
+    "federate",
+    "sweep",
+    "report",
+    "container",
+]
+OPTIONS = {
+    "train": "--run-dir",
+    "submit": "--run-dir",
+    "federate": "--dir",
+    "sweep": "--sweep-dir",
+    "average-momentum": "--momentum-out",
+}
+NAMES = {"prepare-submit": "out.prepare"}
+"""Where a writer's obstacle is put: prepare --submit's work directory is <--out>.prepare."""
+FOUND = {
+    ("average-momentum", "users-files"): "is a directory; --momentum-out names a file",
+    (
+        "average-momentum",
+        "file",
+    ): "is a file supertune did not write (not its server optimizer state); choose another path",
+    ("average-momentum", "symlink-to-empty"): "is a symbolic link (to {d}/empty); name the file itself",
+}
+"""What a writer of a file (not a directory) finds, where it differs."""
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +61,7 @@ def inputs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("inputs")
     save_model(root / "a", 1)
     save_model(root / "b", 2)
+    save_model(root / "g", 3)
     run = root / "run"
     run.mkdir()
     (run / "config.yaml").write_text("output:\n  name: r\n")
@@ -45,7 +75,22 @@ def argv(writer: str, out: Path, inputs: Path) -> list[str]:
         "train": ["train", "--run-dir", str(out), "training.max_steps=1"],
         "submit": ["submit", "--dry-run", "--cluster", "ibex", "--run-dir", str(out)],
         "prepare": ["prepare", "--out", str(out)],
+        "prepare-submit": [
+            "prepare",
+            "--submit",
+            "--cluster",
+            "ibex",
+            "--shards",
+            "2",
+            "--dry-run",
+            "--out",
+            str(out).removesuffix(".prepare"),
+        ],
         "average": ["average", str(inputs / "a"), str(inputs / "b"), "--weights", "uniform", "--out", str(out)],
+        "average-momentum": [
+            *("average", str(inputs / "a"), str(inputs / "b"), "--weights", "uniform", "--out", str(inputs / "never")),
+            *("--global-model", str(inputs / "g"), "--server-momentum", "0.9", "--momentum-out", str(out)),
+        ],
         "federate": ["federate", "--dir", str(out)],
         "sweep": ["sweep", "--nproc", "1,2", "--sweep-dir", str(out)],
         "report": ["report", str(inputs / "run"), "--out", str(out)],
@@ -53,8 +98,8 @@ def argv(writer: str, out: Path, inputs: Path) -> list[str]:
     }[writer]
 
 
-def _users_files(d: Path) -> Path:
-    out = d / "out"
+def _users_files(d: Path, name: str) -> Path:
+    out = d / name
     (out / "model").mkdir(parents=True)
     (out / "model" / "config.json").write_text("{}")
     (out / "checkpoints").mkdir()
@@ -64,22 +109,22 @@ def _users_files(d: Path) -> Path:
     return out
 
 
-def _symlink(d: Path, to: str) -> Path:
+def _symlink(d: Path, name: str, to: str) -> Path:
     (d / "empty").mkdir()
-    (d / "out").symlink_to(d / to)
+    (d / name).symlink_to(d / to)
     if to == "loop":
-        (d / "loop").symlink_to(d / "out")
-    return d / "out"
+        (d / "loop").symlink_to(d / name)
+    return d / name
 
 
-def _file(d: Path) -> Path:
-    (d / "out").write_text("mine")
-    return d / "out"
+def _file(d: Path, name: str) -> Path:
+    (d / name).write_text("mine")
+    return d / name
 
 
-def _under_file(d: Path) -> Path:
+def _under_file(d: Path, name: str) -> Path:
     (d / "f").write_text("mine")
-    return d / "f" / "a" / "out"
+    return d / "f" / "a" / name
 
 
 CASES = {
@@ -90,11 +135,14 @@ CASES = {
     "file": (_file, "is a file; choose another path"),
     "under-a-file": (_under_file, "lies under {d}/f, which is a file"),
     "symlink-to-empty": (
-        lambda d: _symlink(d, "empty"),
+        lambda d, name: _symlink(d, name, "empty"),
         "is a symbolic link (to {d}/empty); name the directory itself",
     ),
-    "dangling-symlink": (lambda d: _symlink(d, "nothing"), "is a symbolic link to {d}/nothing, which does not exist"),
-    "symlink-loop": (lambda d: _symlink(d, "loop"), "is a symbolic link in a loop (to {d}/loop)"),
+    "dangling-symlink": (
+        lambda d, name: _symlink(d, name, "nothing"),
+        "is a symbolic link to {d}/nothing, which does not exist",
+    ),
+    "symlink-loop": (lambda d, name: _symlink(d, name, "loop"), "is a symbolic link in a loop (to {d}/loop)"),
 }
 
 
@@ -112,15 +160,17 @@ def test_every_writer_refuses_what_is_not_its_own_in_one_line(case, inputs, tmp_
     for writer in WRITERS:
         d = tmp_path / writer
         d.mkdir()
-        out = make(d)
+        out = make(d, NAMES.get(writer, "out"))
         before = _tree(d)
         assert main(argv(writer, out, inputs)) == 2, writer
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.startswith("supertune: error:")]
         assert lines == [err.strip().splitlines()[-1]], err
         option = OPTIONS.get(writer, "--out")
-        assert lines[0].startswith(f"supertune: error: {option}: {out} "), (writer, lines)
-        assert found.format(d=d) in lines[0], (writer, lines)
+        # under a file, prepare --submit names the store itself before its work directory
+        named = (out, Path(str(out).removesuffix(".prepare")))
+        assert any(lines[0].startswith(f"supertune: error: {option}: {p} ") for p in named), (writer, lines)
+        assert FOUND.get((writer, case), found).format(d=d) in lines[0], (writer, lines)
         assert _tree(d) == before, writer  # nothing changed, nothing left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(WRITERS)
 
@@ -236,3 +286,29 @@ def test_huge_weights_and_a_huge_shard_count_are_answered(inputs, tmp_path, caps
     ]
     assert main(argv) == 2
     assert "--shards: 1000000000000 array tasks are more than Slurm can run" in capsys.readouterr().err
+
+
+def test_momentum_out_is_staged_beside_it_and_replaces_only_its_own_state(inputs, tmp_path, capsys) -> None:
+    users = tmp_path / ".m.safetensors.partial-12345"  # named like its staging directory, but the user's
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    momentum = tmp_path / "m.safetensors"
+    server = ["--global-model", str(inputs / "g"), "--server-momentum", "0.9", "--momentum-out", str(momentum)]
+    for n in (1, 2):  # the second run replaces the state the first wrote
+        models = [str(inputs / "a"), str(inputs / "b"), "--weights", "uniform", "--out", str(tmp_path / f"avg{n}")]
+        assert main(["average", *models, *server]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".m.safetensors.partial-12345",
+        "avg1",
+        "avg2",
+        "m.safetensors",
+    ]
+    assert (users / "notes.txt").read_text() == "mine"
+
+
+def test_a_prepare_work_directory_sbatch_refused_is_removed(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    argv = ["prepare", "--submit", "--cluster", "ibex", "--shards", "2", "--out", str(tmp_path / "new" / "store")]
+    assert main(argv) == 2
+    assert "sbatch: Slurm's commands are not installed here" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,10 @@ whose marker (written first thing into it) names this host and a process that is
 
     <parent>/.<name>.partial-<pid>/         while writing; holds STAGING_MARKER (pid, host, target)
     <parent>/<name>/                        appears whole, by one rename, after every file is flushed
+
+An output that is a file (`average --momentum-out`) is checked the same way (new, or supertune's own
+file of the same kind to replace) and staged the same way: written inside such a staging directory
+beside it, then renamed over the target (Staging.publish_files).
 """
 
 from __future__ import annotations
@@ -27,7 +31,15 @@ from pathlib import Path
 from .durable_files import fsync_dir
 from .errors import UserError
 
-__all__ = ["OWN_MARKER", "STAGING_MARKER", "Staging", "check_output_dir", "make_output_dir", "marked_as"]
+__all__ = [
+    "OWN_MARKER",
+    "STAGING_MARKER",
+    "Staging",
+    "check_output_dir",
+    "check_output_file",
+    "make_output_dir",
+    "marked_as",
+]
 
 STAGING_MARKER = ".supertune-staging.json"
 """In a staging directory: the pid and host of the process writing it, and the output it becomes."""
@@ -63,6 +75,27 @@ def check_output_dir(path: str | os.PathLike[str], option: str, what: str, own: 
     if found is not None:
         way_out = "" if "; " in found else "; choose another path"
         raise UserError(f"{option}: {out} {found}{way_out}")
+    return out
+
+
+def check_output_file(path: str | os.PathLike[str], option: str, what: str, own: Own | None = None) -> Path:
+    """The absolute path of an output file `option` names, when supertune may write it: new (its
+    directory creatable), or a file holding supertune's own `what` (own(path) is True), which is
+    replaced. Otherwise a UserError naming `option`, the path and what was found. Nothing is created."""
+    out = Path(path).expanduser().absolute()
+    if out.is_dir() and not out.is_symlink():
+        found = f"is a directory; {option} names a file"
+    elif out.is_file() and not out.is_symlink():
+        mine = own is not None and own(out)
+        found = None if mine else f"is a file supertune did not write (not its {what}); choose another path"
+    else:
+        found = _obstacle(out)
+        if found is not None:
+            found = found.replace("name the directory itself", "name the file itself")
+        if found is not None and "; " not in found:
+            found += "; choose another path"
+    if found is not None:
+        raise UserError(f"{option}: {out} {found}")
     return out
 
 
@@ -115,6 +148,15 @@ class Staging:
     def __exit__(self, *exc: object) -> None:
         if self._made and not self.published:
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def publish_files(self, targets: list[Path]) -> None:
+        """Rename the staged files named like `targets` (in the staging directory) over them, then
+        remove the staging directory: for an output that is a file, staged in a directory beside it."""
+        for target in targets:
+            os.replace(self.path / target.name, target)
+        self.published = True
+        fsync_dir(self.out.parent)
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def _remove_stale(self) -> None:
         """Remove what a killed writer of the same output left on this host; refuse while it still runs.

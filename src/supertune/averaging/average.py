@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..checkpoints.faults import fault_point
@@ -98,12 +99,12 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
         else None
     )
     second_target = second_moment_file(momentum_target) if momentum_target else None
-    with Staging(job.out, "--out") as staging:
+    # A --momentum-out elsewhere is staged beside it (a directory with the staging marker), like the output.
+    state_staging = Staging(momentum_target, "--momentum-out") if momentum_target else nullcontext(None)
+    with Staging(job.out, "--out") as staging, state_staging as beside:
         momentum_path, second_path = staging.path / MOMENTUM_FILE, staging.path / SECOND_MOMENT_FILE
-        if momentum_target and second_target:
-            momentum_target.parent.mkdir(parents=True, exist_ok=True)
-            momentum_path = momentum_target.parent / f".{momentum_target.name}.partial-{os.getpid()}"
-            second_path = second_target.parent / f".{second_target.name}.partial-{os.getpid()}"
+        if beside is not None and momentum_target and second_target:
+            momentum_path, second_path = beside.path / momentum_target.name, beside.path / second_target.name
         writers: list[ShardWriter] = []
         # sha256 runs at about 2 GB/s per core: the inputs are hashed by every core while the
         # main thread averages and the writer thread writes (and hashes) the output.
@@ -149,15 +150,11 @@ def _write(job: AverageJob, say: Callable[[str], None], started: float) -> Avera
             write_average_manifest(staging.path, manifest)
             fault_point("average.written", 0, 0)
             staging.publish()
-            if momentum_target and second_target:
-                os.replace(momentum_path, momentum_target)
-                if job.server and job.server.second_writer:
-                    os.replace(second_path, second_target)
+            if beside is not None and momentum_target and second_target:
+                second = [second_target] if job.server and job.server.second_writer else []
+                beside.publish_files([momentum_target, *second])
         except BaseException:
             hashing.shutdown(wait=True, cancel_futures=True)
-            if momentum_target:
-                momentum_path.unlink(missing_ok=True)
-                second_path.unlink(missing_ok=True)
             raise
         finally:
             hashing.shutdown(wait=True)

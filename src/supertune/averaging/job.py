@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..output_dirs import check_output_file
 from ..weight_files.dtypes import AVERAGED, OUTPUT_DTYPES
 from ..weight_files.shard_writer import PlannedTensor, plan_shards, shard_file_names
 from .checks import check_inputs, check_output_path, joined_problems, tokenizer_sha256
 from .inputs import ModelInput, resolve_input
 from .lora_merge import MergePlan, merge_plan
 from .output import free_bytes
-from .server_step import ServerState, ServerStep, second_moment_file
+from .server_step import ServerState, ServerStep, holds_server_state, second_moment_file
 from .weights import InputWeights, input_weights
 
 __all__ = ["AverageJob", "checked_job"]
@@ -81,7 +82,13 @@ def checked_job(
             [second_moment_file(server.momentum_out)] if state and state.moments == 2 else []
         )
         for target in targets:
-            problems += check_output_path(target, models, readonly, flag="--momentum-out", new_directory=False)
+            found = check_output_path(target, models, readonly, flag="--momentum-out", new_directory=False)
+            if not found:
+                try:  # a file of the user's, a directory, a link: refused; supertune's own state is replaced
+                    check_output_file(target, "--momentum-out", "server optimizer state", own=holds_server_state)
+                except UserError as exc:
+                    found = [str(exc)]
+            problems += found
     merge = None
     if base is not None:
         merge, merge_problems = merge_plan(base, models) if models[0].adapter else (None, [_NOT_ADAPTERS])

@@ -25,7 +25,14 @@ from ..weight_files.tensor_files import WeightFiles
 from .inputs import ModelInput, resolve_input
 from .server_optimizers import SERVER_OPTIMIZERS, default_lr, default_momentum, moments_kept, step_slice
 
-__all__ = ["MOMENTUM_FILE", "SECOND_MOMENT_FILE", "ServerStep", "ServerState", "second_moment_file"]
+__all__ = [
+    "MOMENTUM_FILE",
+    "SECOND_MOMENT_FILE",
+    "ServerStep",
+    "ServerState",
+    "holds_server_state",
+    "second_moment_file",
+]
 
 MOMENTUM_FILE = "server-momentum.safetensors"
 SECOND_MOMENT_FILE = "server-second-moment.safetensors"
@@ -39,6 +46,18 @@ def second_moment_file(momentum: Path) -> Path:
     if momentum.name == MOMENTUM_FILE:
         return momentum.with_name(SECOND_MOMENT_FILE)
     return momentum.with_name(momentum.name.removesuffix(".safetensors") + ".second-moment.safetensors")
+
+
+def holds_server_state(path: Path) -> bool:
+    """Whether `path` is a server optimizer's state file supertune wrote (its safetensors metadata
+    names the optimizer): the only file `--momentum-out` may replace."""
+    from ..errors import UserError
+    from ..weight_files.tensor_files import read_header
+
+    try:
+        return _OPTIMIZER_KEY in read_header(Path(path))[1]
+    except (OSError, ValueError, UserError):
+        return False
 
 
 @dataclass(frozen=True)

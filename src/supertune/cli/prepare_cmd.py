@@ -134,8 +134,8 @@ def _submit(args: argparse.Namespace) -> int:
     from ..config import dump_config
     from ..errors import UserError
     from ..slurm.prepare_jobs import prepare_job, render_prepare, submit_prepare
-    from ..store.array import finished_parts, plan_array, work_dir
-    from ..store.writer import DEFAULT_SHARD_TOKENS
+    from ..store.array import check_work_dir, finished_parts, plan_array, work_dir
+    from ..store.writer import DEFAULT_SHARD_TOKENS, check_target
 
     if not args.cluster:
         raise UserError(
@@ -155,6 +155,8 @@ def _submit(args: argparse.Namespace) -> int:
     profile = load_profile(cfg.launch.cluster)
     out = Path(args.out).expanduser().absolute()
     work = work_dir(out)
+    check_target(out, args.force)  # refused before any script is shown: the user's files at the store
+    check_work_dir(out)  # or at its work directory <out>.prepare
     job = prepare_job(cfg, profile, out, work, args.shards, args.cpus)
     todo: Sequence[int] = range(args.shards)  # not a list: the dry run renders it without one
     array_script, merge_script = render_prepare(
@@ -171,13 +173,16 @@ def _submit(args: argparse.Namespace) -> int:
         from ..training_data.row_checks import check_rows_before_start
 
         check_rows_before_start(cfg.data, load_tokenizer(cfg))
-    plan_array(
+    made = work  # the topmost directory this call makes, removed again if sbatch refuses the first job
+    while not made.parent.exists():
+        made = made.parent
+    _, new = plan_array(
         cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force
     )
     done = finished_parts(work, args.shards)
     finished = set(done)
     todo = [i for i in todo if i not in finished]
-    array_id, merge_id = submit_prepare(job, render_prepare(job, profile, todo), profile.name)
+    array_id, merge_id = submit_prepare(job, render_prepare(job, profile, todo), profile.name, made if new else None)
     if done:
         print(
             f"supertune: prepare: {len(done)} of {args.shards} parts are finished already and are not submitted again",

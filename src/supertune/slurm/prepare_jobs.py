@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
+from ..errors import UserError
 from .commands import submit_script
 from .job import job_spec
 from .prepare_script import PrepareJob, render_array_script, render_merge_script
@@ -50,17 +52,26 @@ def render_prepare(job: PrepareJob, profile: ClusterProfile, todo: Sequence[int]
     return (render_array_script(job, profile, todo) if todo else None), render_merge_script(job, profile)
 
 
-def submit_prepare(job: PrepareJob, scripts: PreparePlan, cluster: str) -> tuple[str | None, str]:
-    """Write the scripts into the work directory and submit them; returns (array job id or None, merge job id)."""
+def submit_prepare(
+    job: PrepareJob, scripts: PreparePlan, cluster: str, made: Path | None = None
+) -> tuple[str | None, str]:
+    """Write the scripts into the work directory and submit them; returns (array job id or None, merge job id).
+    `made`: the topmost directory this call made for the work directory (itself or a parent): it
+    goes when sbatch refuses the first job (nothing was submitted, nothing else knows it)."""
     work = Path(job.work)
     array_script, merge_script = scripts
     array_id = None
-    if array_script is not None:
-        (work / ARRAY_SCRIPT).write_text(array_script, encoding="utf-8")
-        array_id = submit_script(str(work / ARRAY_SCRIPT), str(work))
-    (work / MERGE_SCRIPT).write_text(merge_script, encoding="utf-8")
-    options = (f"--dependency=afterok:{array_id}",) if array_id else ()
-    merge_id = submit_script(str(work / MERGE_SCRIPT), str(work), options)
+    try:
+        if array_script is not None:
+            (work / ARRAY_SCRIPT).write_text(array_script, encoding="utf-8")
+            array_id = submit_script(str(work / ARRAY_SCRIPT), str(work))
+        (work / MERGE_SCRIPT).write_text(merge_script, encoding="utf-8")
+        options = (f"--dependency=afterok:{array_id}",) if array_id else ()
+        merge_id = submit_script(str(work / MERGE_SCRIPT), str(work), options)
+    except UserError:
+        if made is not None and array_id is None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     with (work / JOBS_FILE).open("a", encoding="utf-8") as f:
         f.write(
             json.dumps(

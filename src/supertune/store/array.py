@@ -30,10 +30,21 @@ import numpy as np
 
 from ..config.schema import RunConfig
 from ..errors import UserError
+from ..output_dirs import Staging, check_output_dir
 from .manifest import Manifest, tokenizer_fingerprint
 from .writer import SplitWriter, StorePlan, check_target, finish_file, id_dtype, tokenize_rows, write_store
 
-__all__ = ["ArrayPlan", "work_dir", "plan_array", "finished_parts", "run_part", "merge_parts", "CONFIG", "LOGS"]
+__all__ = [
+    "ArrayPlan",
+    "work_dir",
+    "check_work_dir",
+    "plan_array",
+    "finished_parts",
+    "run_part",
+    "merge_parts",
+    "CONFIG",
+    "LOGS",
+]
 
 PLAN = "plan.json"
 CONFIG = "config.yaml"
@@ -74,14 +85,15 @@ def work_dir(out: Path) -> Path:
 
 def plan_array(
     cfg: RunConfig, config_text: str, out: Path, parts: int, shard_tokens: int, bundle: bool, force: bool
-) -> Path:
-    """Create (or take up again) the work directory of an array prepare; returns it.
+) -> tuple[Path, bool]:
+    """Create (or take up again) the work directory of an array prepare; returns it, and whether
+    this call made it (new: made in a staging directory beside it and renamed into place).
 
     A work directory of the same plan is reused with its finished parts; one of another plan is
     refused unless `force`, which discards its parts.
     """
     check_target(out, force)
-    work = work_dir(out)
+    work = check_work_dir(out)
     plan = ArrayPlan(str(out), parts, shard_tokens, bundle, force, _sha256(config_text), _source_stats(cfg))
     old = _read_plan(work) if (work / PLAN).is_file() else None
     if old is not None and not old.same_work(plan):
@@ -91,11 +103,28 @@ def plan_array(
                 "pass --force to discard them, or run with the same settings"
             )
         shutil.rmtree(work / PARTS, ignore_errors=True)
-    (work / LOGS).mkdir(parents=True, exist_ok=True)
-    (work / PARTS).mkdir(exist_ok=True)
-    (work / CONFIG).write_text(config_text, encoding="utf-8")
-    (work / PLAN).write_text(json.dumps(asdict(plan), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return work
+
+    def fill(directory: Path) -> None:
+        (directory / LOGS).mkdir(parents=True, exist_ok=True)
+        (directory / PARTS).mkdir(exist_ok=True)
+        (directory / CONFIG).write_text(config_text, encoding="utf-8")
+        (directory / PLAN).write_text(json.dumps(asdict(plan), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    if old is not None:
+        fill(work)
+        return work, False
+    with Staging(work, "--out") as staging:  # a new work directory appears whole, by one rename
+        fill(staging.path)
+        staging.publish()
+    return work, True
+
+
+def check_work_dir(out: Path) -> Path:
+    """The work directory of a store at `out`, when supertune may write there: new, empty, or an
+    array prepare's own (its plan.json); a directory of the user's named like it is refused."""
+    return check_output_dir(
+        work_dir(out), "--out", "prepare work directory (plan.json)", own=lambda path: (path / PLAN).is_file()
+    )
 
 
 def finished_parts(work: Path, parts: int) -> list[int]:
