@@ -171,6 +171,10 @@ def _load(sources: ProfileSources) -> ClusterProfile:
     for _, data in layers:
         merged = deep_merge(merged, data)
     merged["name"] = sources.name
+    if sources.user and sources.shipped and isinstance(merged.get("placeholder_keys"), list):
+        # A key the user's file sets is the user's value (the shipped one, written again, is confirmed).
+        user_data = layers[-1][1]
+        merged["placeholder_keys"] = [k for k in merged["placeholder_keys"] if k not in user_data]
     if isinstance(merged.get("env"), dict):
         # A null in the user file removes a shipped variable instead of setting it to "None".
         # YAML reads OMP_NUM_THREADS: 7 as a number; the environment holds text.

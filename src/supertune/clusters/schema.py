@@ -82,3 +82,5 @@ class ClusterProfile:
     """Facts to know about the site, including which values are not certain."""
     placeholders: list[str] = field(default_factory=list)
     """Words in this profile that stand for your own (an account, a project number in a path), e.g. [project_465000000]: `supertune submit` refuses a job while any value still holds one (a --dry-run warns); write your own values in your profile."""
+    placeholder_keys: list[str] = field(default_factory=list)
+    """Keys whose shipped values are examples not checked on the machine (module names marked CHECK), e.g. [modules]: `supertune submit` refuses a job until your profile sets each of them (the same value confirms it; a --dry-run warns)."""

@@ -55,6 +55,7 @@ def profile_problems(p: ClusterProfile) -> list[tuple[str, str]]:
             bad(f"env.{name}", problem)
     _check_container(p, bad)
     _check_node_dirs(p, bad)
+    _check_placeholder_keys(p, bad)
     if p.run_config:
         _check_run_config(p, bad)
     return out
@@ -185,6 +186,15 @@ def _check_node_dirs(p: ClusterProfile, bad: Report) -> None:
             problem = _container_reference_problem(path)
             if problem:
                 bad(key, problem)
+
+
+def _check_placeholder_keys(p: ClusterProfile, bad: Report) -> None:
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(p) if f.name not in ("name", "placeholders", "placeholder_keys")]
+    for i, key in enumerate(p.placeholder_keys):
+        if key not in names:
+            bad(f"placeholder_keys[{i}]", f"{key!r} is not a key of a profile; name one, e.g. modules")
 
 
 def _container_reference_problem(text: str) -> str | None:

@@ -1,6 +1,6 @@
 """What would make a job fail only after it waited in the queue, checked before `sbatch`: a PyTorch
 build that cannot use the profile's GPUs, and a profile's placeholder values (an account or project
-path that stands for the user's own). A real submission refuses them; a dry run shows them as
+path that stands for the user's own, module names shipped as unchecked examples). A real submission refuses them; a dry run shows them as
 warnings, since it submits nothing.
 
 The torch build is read from the installed distribution's metadata (its version's local label and
@@ -75,13 +75,11 @@ def _python() -> str:
 def _placeholder_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
     from ..clusters.registry import user_profile_dir
 
-    marks = [m for m in profile.placeholders if m]
-    if not marks:
-        return []
     target = user_profile_dir() / f"{profile.name}.yaml"
     problems = []
-    for key, value in _strings(dataclasses.asdict(profile)):
-        if re.split(r"[.\[]", key)[0] in ("placeholders", "description", "name", "notes"):
+    marks = [m for m in profile.placeholders if m]
+    for key, value in _strings(dataclasses.asdict(profile)) if marks else []:
+        if re.split(r"[.\[]", key)[0] in ("placeholders", "placeholder_keys", "description", "name", "notes"):
             continue
         if key == "account" and cfg.slurm.account:
             continue  # slurm.account of the run is used instead
@@ -91,6 +89,15 @@ def _placeholder_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
             problems.append(
                 f"launch.cluster {profile.name}: {key} is {value!r}, which holds the shipped placeholder {found!r}; "
                 f"write your own value of {key} in {target}, which overrides the shipped profile{extra}"
+            )
+    for key in profile.placeholder_keys:  # registry.py drops the keys the user's file sets
+        value = getattr(profile, key, None)
+        if value:
+            hint = " (see `module avail` there)" if key in ("modules", "module_use") else ""
+            problems.append(
+                f"launch.cluster {profile.name}: {key} {value!r} are the shipped profile's examples, not checked on "
+                f"{profile.name} (marked CHECK); write the site's own {key}{hint} in {target}, which overrides the "
+                "shipped profile (the same value written there confirms it)"
             )
     return problems
 
