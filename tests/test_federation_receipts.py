@@ -1,6 +1,8 @@
 """A federation's receipts, damaged or pointing elsewhere: a missing or mistyped field is one line naming
 the file, the damage and the fix; a training receipt whose checkpoint is another site's, or is gone, is
-refused before an average builds on it."""
+refused before an average builds on it. A site's kept run config (sites/NAME.yaml) is the one
+supertune wrote: a stray one in a new --dir, one with no sha256 on record and one edited by hand are
+refused in one line each."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import shutil
 import pytest
 
 from average_models import make_checkpoint, save_model
+from supertune.cli.main import main
 from supertune.errors import UserError
+from supertune.federation.layout import FederationDir
 from supertune.federation.receipts import checked_checkpoint, read_receipt
+from supertune.federation.site_configs import keep_site_configs
 
 TRAINED = {
     "site": "a", "round": 1, "run": "/r", "checkpoint": "/r/c", "step": 10, "tokens": 100, "samples": 4,
@@ -58,3 +63,44 @@ def test_a_checkpoint_of_another_site_or_one_gone_is_refused(tmp_path) -> None:
     shutil.rmtree(checkpoint)
     with pytest.raises(UserError, match="no longer matches its manifest"):
         checked_checkpoint(receipt, record, "a", 1)
+
+
+def test_a_site_config_supertune_did_not_write_or_that_was_edited_is_refused(tmp_path, caplog, capsys) -> None:
+    # a stray sites/a.yaml in a new --dir: the directory is not supertune's, nothing is read or changed
+    stray = tmp_path / "stray"
+    (stray / "sites").mkdir(parents=True)
+    (stray / "sites" / "a.yaml").write_text("training: {max_steps: 1}\n")
+    (tmp_path / "fed.yaml").write_text("name: f\nrounds: 1\nsites:\n  - name: a\n  - name: b\n")
+    assert main(["federate", str(tmp_path / "fed.yaml"), "--dir", str(stray)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"supertune: error: --dir: {stray} holds files supertune did not write (sites); supertune writes only into "
+        "a new or empty directory or into its own federation (federation.yaml)"
+    ]
+    assert [p.name for p in stray.rglob("*")] == ["sites", "a.yaml"]
+
+    root = FederationDir(tmp_path / "fed")
+    texts = {"a": "training:\n  max_steps: 8\n", "b": "training:\n  max_steps: 9\n"}
+    keep_site_configs(root, texts)  # written, with their sha256 recorded
+    keep_site_configs(root, texts)  # and taken again as they are, silently
+    assert not caplog.records
+    sites = root.path / "sites"
+    assert sorted(p.name for p in sites.iterdir()) == ["a.yaml", "b.yaml", "sha256.json"]
+    (sites / "a.yaml").write_text("training:\n  max_steps: 80\n")  # edited by hand
+    with pytest.raises(UserError) as caught:
+        keep_site_configs(root, texts)
+    assert str(caught.value) == (
+        f"{sites / 'a.yaml'}: edited since supertune wrote it (its sha256 differs from the one in "
+        f"{sites / 'sha256.json'}), and the rounds would train with a config no receipt records; delete it, and the "
+        "next run writes it again from federation.yaml (put the edit there, as a site's overrides)"
+    )
+    (sites / "a.yaml").unlink()  # the way out: written again from the federation's config
+    keep_site_configs(root, texts)
+    assert (sites / "a.yaml").read_text() == texts["a"]
+    record = json.loads((sites / "sha256.json").read_text())
+    del record["b"]  # a file the record does not name: not written by supertune
+    (sites / "sha256.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"b.yaml: supertune did not write it \(no sha256 of it in .*sha256.json\)"):
+        keep_site_configs(root, texts)
+    # an edit of the federation's own config (the site's overrides) is said to be not applied
+    keep_site_configs(root, {"a": "training:\n  max_steps: 7\n"})
+    assert "site a: federation.yaml now gives it another run config than" in caplog.text

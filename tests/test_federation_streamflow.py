@@ -8,7 +8,9 @@
 - a site on the real Slurm test cluster through StreamFlow's `slurm` deployment (sbatch run here):
   its training and evaluation run in the jobs StreamFlow submitted, with supertune's job scripts;
 - the generated streamflow.yml of a site behind a login node (slurm wrapping ssh), and the checks
-  of the StreamFlow-only keys, without running anything.
+  of the StreamFlow-only keys, without running anything;
+- `federate --dry-run` prints round 1's StreamFlow files with the federation directory's paths, and
+  writes nothing.
 
 Not run here: a real SSH login node (see docs/tutorials/federated-streamflow.md).
 """
@@ -432,3 +434,34 @@ def test_a_site_folder_of_another_federation_is_refused_not_reused(tmp_path: Pat
     legacy = train("aaaa")
     assert legacy.returncode == 2 and f"{site_dir} holds run" in legacy.stderr
     assert "that no federation recorded as its own" in legacy.stderr
+
+
+def test_a_dry_run_prints_round_ones_streamflow_files_and_writes_nothing(
+    streamflow: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from supertune.cli.main import main
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # where the files are made, then removed
+    (tmp_path / "tmp").mkdir()
+    config = tmp_path / "fed.yaml"
+    config.write_text(
+        "name: sf-plan\nrounds: 2\nexecutor: streamflow\n"
+        f"streamflow: {{command: {streamflow}}}\n"
+        "sites:\n  - {name: here, steps_per_round: 4, overrides: [training.warmup_steps=0]}\n"
+        "  - {name: leo, where: leonardo, steps_per_round: 8, overrides: [training.warmup_steps=0, slurm.account=EUHPC_X]}\n"
+    )
+    fed_dir = tmp_path / "fed"
+    assert main(["federate", str(config), "--dry-run", "--dir", str(fed_dir)]) == 0
+    out = capsys.readouterr().out
+    files = out.split("# ---- StreamFlow: ")[1:]
+    round_files = fed_dir / "streamflow" / "round-001"
+    names = [str(round_files / n) for n in ("round.cwl", "job.yml", "streamflow.yml")]
+    assert [f.split(", as round 1 writes it\n")[0] for f in files] == names
+    workflow, job, deployments = (yaml.safe_load(f.split("\n", 1)[1]) for f in files)
+    assert sorted(workflow["steps"]) == ["average", "evaluate_here", "evaluate_leo", "train_here", "train_leo"]
+    assert job["config_leo"]["path"] == str(fed_dir / "round-001" / "leo" / "site.yaml")
+    assert job["previous"]["path"] == str(fed_dir / "round-000" / "global")
+    leo = deployments["deployments"]["site.leo"]
+    assert leo["type"] == "slurm" and leo["config"]["services"]["train"]["jobName"] == "sf-plan-r001-leo-train"
+    assert "supertune-dry-run" not in out and not list((tmp_path / "tmp").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fed.yaml", "tmp"]

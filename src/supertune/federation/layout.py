@@ -3,6 +3,8 @@
     <federation dir>/
       federation.yaml            the federation config as loaded (rerun: supertune federate <dir>)
       federation.json            its id, made with the directory (a site's folder records it: ownership.py)
+      sites/<site>.yaml          the site's resolved base run config, kept for every round (site_configs.py)
+      sites/sha256.json          the sha256 of each sites/<site>.yaml as supertune wrote it
       round-000/global/          the base model, when it is built here (the embedded default)
       round-000/<site>/evaluated.json   the base model's eval loss on the site's validation data
       round-000/adapter/         LoRA sites, aggregation.lora: adapters: the initial adapter round 1 starts from

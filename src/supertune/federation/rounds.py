@@ -27,6 +27,7 @@ from .layout import FederationDir, RoundDir
 from .ownership import federation_id
 from .receipts import read_receipt, write_receipt
 from .schema import FederationConfig, SiteConfig
+from .site_configs import keep_site_configs, site_config_file
 from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
 
@@ -86,11 +87,6 @@ class Executor(Protocol):
         ...
 
 
-def site_config_file(root: FederationDir, name: str) -> Path:
-    """A site's resolved base run config (the site's YAML and overrides, before per-round settings)."""
-    return root.path / "sites" / f"{name}.yaml"
-
-
 def run_rounds(
     fed: FederationConfig,
     plans: list[SitePlan],
@@ -102,20 +98,7 @@ def run_rounds(
     `fed` holds the sites that still work; `everyone` (default `fed`) every site the federation had,
     dropped ones too: the table keeps their rounds, and a failure is recorded against them."""
     everyone = everyone or fed
-    for plan in plans:
-        path = site_config_file(root, plan.site.name)
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(plan.text, encoding="utf-8")
-        elif path.read_text(encoding="utf-8") != plan.text:
-            # The rounds go on with the config they started with, so that a resumed federation makes
-            # the same rounds; an edit of federation.yaml (a site's overrides) is not taken silently.
-            log.warning(
-                "site %s: federation.yaml now gives it another run config than %s, which its rounds use; "
-                "the rounds still to run keep that file: to train them with the edit, delete it and run again",
-                plan.site.name,
-                path,
-            )
+    keep_site_configs(root, {plan.site.name: plan.text for plan in plans})
     from .lora import initial_adapter, lora_sites, merge_final_adapter
 
     base = base_model_dir(fed, root)

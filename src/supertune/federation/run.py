@@ -116,11 +116,13 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
                 f"# ---- {site.name}: the job script of round {site.from_round} ({run_dir / 'job.sbatch'})\n{script}"
             )
     if fed.executor == "streamflow":
-        from .streamflow import streamflow_command
+        from .streamflow import dry_run_documents, streamflow_command
 
         lines.append(
             f"# StreamFlow runs each round's workflow (its files are written per round under {root.path}): {streamflow_command(fed)}"
         )
+        for file, text in dry_run_documents(fed, plans, root).items():
+            scripts.append(f"# ---- StreamFlow: {file}, as round 1 writes it\n{text}")
     return "\n".join(lines + scripts) + "\n"
 
 

@@ -34,8 +34,9 @@ from .log_tail import log_tail
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork, site_config_file
 from .schema import FederationConfig, SiteConfig
+from .sites import SitePlan
 
-__all__ = ["StreamFlowExecutor", "streamflow_command", "TESTED_VERSION"]
+__all__ = ["StreamFlowExecutor", "dry_run_documents", "streamflow_command", "TESTED_VERSION"]
 
 log = logging.getLogger("supertune")
 
@@ -67,11 +68,7 @@ class StreamFlowExecutor:
         for site in self.fed.sites:
             if site.login and site.name not in self._checked:
                 self._check_site(site)
-        work, given = self._finished_training(work)
-        workflow = round_workflow(work, places, self._here(n), self.root.path, given)
-        job = round_job(work, given)
-        steps = list(workflow["steps"])
-        config = streamflow_config(self.fed, work, places, files, steps)
+        work, steps, documents = self._documents(work, places, files)
         if files.directory.exists():  # an earlier attempt of this round: end what it left running
             if end_group(files.group, str(self.root.path)):
                 log.info("round %d: ended the processes an earlier attempt of this round left running", n)
@@ -80,8 +77,8 @@ class StreamFlowExecutor:
                 log.warning("round %d%s", n, note)
         shutil.rmtree(files.outdir, ignore_errors=True)
         files.tmp.mkdir(parents=True, exist_ok=True)
-        for path, data in ((files.workflow, workflow), (files.job, job), (files.streamflow, config)):
-            path.write_text(yaml.safe_dump(data, sort_keys=False, width=10**6), encoding="utf-8")
+        for path, text in documents.items():
+            path.write_text(text, encoding="utf-8")
         log.info("round %d: streamflow run %s (%s; log %s)", n, files.streamflow, ", ".join(steps), files.log)
         argv = [
             command,
@@ -104,6 +101,19 @@ class StreamFlowExecutor:
                 f"their round folders (train.log, evaluate.log); run the federation again to run what is left of round {n}"
             )
         self._record(work, files, places)
+
+    def _documents(
+        self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles
+    ) -> tuple[RoundWork, list[str], dict[Path, str]]:
+        """(the work with sites trained earlier added back, its steps, {path: text} of round.cwl,
+        job.yml and streamflow.yml)."""
+        work, given = self._finished_training(work)
+        workflow = round_workflow(work, places, self._here(work.number), self.root.path, given)
+        job = round_job(work, given)
+        steps = list(workflow["steps"])
+        config = streamflow_config(self.fed, work, places, files, steps)
+        documents = {files.workflow: workflow, files.job: job, files.streamflow: config}
+        return work, steps, {p: yaml.safe_dump(d, sort_keys=False, width=10**6) for p, d in documents.items()}
 
     @staticmethod
     def _named(site: SiteConfig, make):
@@ -389,6 +399,45 @@ def _ssh_words(login: str, key: str | None, connect_timeout: int | None = None) 
     if key:
         words += ["-i", key]
     return [*words, f"{user}@{host}" if user else host]
+
+
+def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> dict[Path, str]:
+    """StreamFlow's files of round 1 as a new federation in `root` writes them when round 1 starts
+    ({path under root: text}), for `federate --dry-run`; nothing is written under root.
+
+    They are made in a temporary copy of the federation directory (the sites' configs written there,
+    as a real run writes them, and standing for round 1's resolved configs), whose path is then
+    replaced by root's in the texts; the temporary copy is removed. A resumed federation writes the same files
+    for the rounds it has left, less the phases already done. The federation's id is made when the
+    federation starts: the texts show <federation id> in its place. No login node is reached."""
+    import tempfile
+
+    from .lora import lora_sites
+    from .rounds import _round_work
+
+    with tempfile.TemporaryDirectory(prefix="supertune-dry-run-") as tmp:
+        scratch = FederationDir(Path(tmp) / "federation")
+        for plan in plans:
+            path = site_config_file(scratch, plan.site.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(plan.text, encoding="utf-8")
+        base = Path(fed.base_model) if fed.base_model else scratch.round(0).global_model
+        adapters = lora_sites(fed, [p.config for p in plans]) == "adapters"
+        previous = scratch.round(0).path / "adapter" if adapters else base
+        for plan in plans:
+            # Round 1's resolved config differs from the site's only in its steps and start model
+            # (built when the federation starts), which no StreamFlow file holds: the file's path is given.
+            config = scratch.round(1).site(plan.site.name).config
+            config.parent.mkdir(parents=True)
+            config.write_text(plan.text, encoding="utf-8")
+        work = _round_work(fed, plans, scratch, 1, previous, base)
+        work.federation_id = "<federation id>"
+        executor = StreamFlowExecutor(fed, scratch)
+        files = RoundFiles(scratch.streamflow / "round-001")
+        places = {s.name: executor._named(s, lambda s=s: executor._place(s, work)) for s in fed.sites}
+        _, _, documents = executor._documents(work, places, files)
+        here, there = str(scratch.path), str(root.path)
+        return {Path(str(p).replace(here, there, 1)): text.replace(here, there) for p, text in documents.items()}
 
 
 def streamflow_command(fed: FederationConfig) -> str:
