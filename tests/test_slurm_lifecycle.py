@@ -1,6 +1,7 @@
 """`supertune submit`, `status`, `logs` (and --follow) and `cancel` against the real queue of the
 Slurm test cluster, with a run name and run directory full of characters a shell or sbatch could
-misread."""
+misread; a profile's node_dirs made on the node by the job, after a refusal before sbatch left the
+queue alone."""
 
 from __future__ import annotations
 
@@ -122,3 +123,35 @@ def test_a_job_slurm_has_forgotten_counts_as_ended(slurm_client: dict[str, str],
     assert follow.returncode == 0 and follow.stdout == "" and "no log" in follow.stderr
     cancel = supertune("cancel", str(run_dir), env=slurm_client, cwd=tmp_path)
     assert cancel.returncode == 0 and cancel.stdout.startswith("nothing to cancel"), cancel.stderr
+
+
+def test_node_dirs_are_made_on_the_node_and_a_refused_job_never_reaches_the_queue(
+    slurm_single: SlurmCluster, slurm_client: dict[str, str], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from supertune.cli.main import main
+
+    node = tmp_path / "node"  # the test cluster's node is this host: its disk is this one
+    user_profile = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters" / "local.yaml"
+    user_profile.parent.mkdir(parents=True)
+    dirs = f"node_dirs: ['${{ND_CACHE}}', '{node}/plain']\n"  # as LUMI's MIOpen cache: through a variable
+    user_profile.write_text(
+        f"env:\n  ND_CACHE: {node}/cache-${{SLURM_JOB_ID}}\n  ND_HOME: /scratch/PROJECT_000/me\n"
+        f"placeholders: [PROJECT_000]\n{dirs}"
+    )
+    run_dir = tmp_path / "run"
+    argv = ["submit", "--cluster", "local", "--run-dir", str(run_dir), *TINY, "training.max_steps=1", "output.name=nd"]
+    for name, value in slurm_client.items():  # in this process: a refusal costs no interpreter start
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    assert "env.ND_HOME is '/scratch/PROJECT_000/me', which holds the shipped placeholder" in capsys.readouterr().err
+    assert slurm_single.run("squeue", "-h", "-n", "nd", "-o", "%i").stdout == "" and not run_dir.exists()
+
+    user_profile.write_text(f"env:\n  ND_CACHE: {node}/cache-${{SLURM_JOB_ID}}\n{dirs}")
+    job = _submit(slurm_client, tmp_path, run_dir, "training.max_steps=1", "output.name=nd")
+    deadline = time.monotonic() + 300
+    while not (node / "plain").is_dir() and time.monotonic() < deadline:  # made before the training starts
+        time.sleep(0.2)
+    slurm_single.scancel(job)  # the training itself is not this test's
+    assert slurm_single.wait(job, timeout=120) in ("CANCELLED", "COMPLETED")
+    assert sorted(p.name for p in node.iterdir()) == [f"cache-{job}", "plain"]
+    assert "# Directories on each node's own disk (node_dirs)" in (run_dir / "job.sbatch").read_text()
