@@ -167,6 +167,19 @@ def test_running_a_finished_federation_again_redoes_nothing(uninterrupted: Path)
     assert warned.returncode == 0, warned.stderr[-3000:]
     assert "site site-b: federation.yaml now gives it another run config than " in warned.stderr
     assert "site site-a: federation.yaml now" not in warned.stderr
+    # The finished federation's result deleted since: named, with the way out, not run over.
+    last = uninterrupted / "round-003" / "global"
+    last.rename(last.with_name("moved"))
+    try:
+        gone = _federate(str(uninterrupted))
+    finally:
+        last.with_name("moved").rename(last)
+    assert gone.returncode == 2
+    assert (
+        gone.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"supertune: error: round 3: its global model {last}, recorded by ")
+    )
 
 
 @pytest.mark.slow

@@ -50,3 +50,6 @@ def test_a_count_of_rounds_past_any_federation_is_refused_before_the_rounds_are_
         .err.strip()
         .endswith("rounds: at most 10000 (each round is a folder and a row of the table), got 1000000000000")
     )
+    # a federation directory whose federation.yaml claims as many: --status answers the same
+    assert main(["federate", "--status", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("got 1000000000000")

@@ -1,6 +1,6 @@
 """A federation's receipts, damaged or pointing elsewhere: a missing or mistyped field is one line naming
 the file, the damage and the fix; a training receipt whose checkpoint is another site's, or is gone, is
-refused before an average builds on it. A site's kept run config (sites/NAME.yaml) is the one
+refused before an average builds on it, and so is a round's global model deleted since. A site's kept run config (sites/NAME.yaml) is the one
 supertune wrote: a stray one in a new --dir, one with no sha256 on record and one edited by hand are
 refused in one line each."""
 
@@ -15,7 +15,7 @@ from average_models import make_checkpoint, save_model
 from supertune.cli.main import main
 from supertune.errors import UserError
 from supertune.federation.layout import FederationDir
-from supertune.federation.receipts import checked_checkpoint, read_receipt
+from supertune.federation.receipts import checked_checkpoint, checked_global_model, read_receipt, write_receipt
 from supertune.federation.site_configs import keep_site_configs
 
 TRAINED = {
@@ -104,3 +104,22 @@ def test_a_site_config_supertune_did_not_write_or_that_was_edited_is_refused(tmp
     # an edit of the federation's own config (the site's overrides) is said to be not applied
     keep_site_configs(root, {"a": "training:\n  max_steps: 7\n"})
     assert "site a: federation.yaml now gives it another run config than" in caplog.text
+
+
+def test_a_global_model_deleted_since_its_round_is_named_with_the_way_out(tmp_path) -> None:
+    from supertune.averaging import average_checkpoints
+
+    inputs = [save_model(tmp_path / name, seed) for name, seed in (("a", 1), ("b", 2))]
+    receipt, model = tmp_path / "round-001" / "averaged.json", tmp_path / "round-001" / "global"
+    average_checkpoints(inputs, model, weights="uniform")
+    write_receipt(receipt, {**AVERAGED, "global_model": str(model)})
+    checked_global_model(receipt, 1)  # there, as its manifest lists it
+    (model / "model-00001-of-00001.safetensors").write_bytes(b"x")
+    with pytest.raises(
+        UserError, match=r"^round 1: its global model .* manifest \(model-00001-of-00001.safetensors: 1 bytes"
+    ):
+        checked_global_model(receipt, 1)
+    shutil.rmtree(model)
+    with pytest.raises(UserError) as caught:
+        checked_global_model(receipt, 1)
+    assert str(caught.value).endswith(f"; delete {receipt} to average round 1 again from its sites' checkpoints")

@@ -11,7 +11,7 @@ from ..errors import UserError
 from ..rundir import write_json_atomic
 from ..state_records import Field, record_damage
 
-__all__ = ["write_receipt", "read_receipt", "checked_checkpoint"]
+__all__ = ["write_receipt", "read_receipt", "checked_checkpoint", "checked_global_model"]
 
 TRAINED_FIELDS = {
     "site": Field("str"),
@@ -104,3 +104,25 @@ def checked_checkpoint(receipt: Path, record: dict[str, Any], site: str, number:
             "delete the receipt to redo the site's training"
         )
     return str(checkpoint)
+
+
+def checked_global_model(receipt: Path, number: int) -> None:
+    """The global model round `number`'s average receipt records is still there, with the files its
+    manifest lists (sizes): what the next round starts from, or a finished federation's result. A
+    deleted or damaged one is a UserError naming it and the way out, not a later round's puzzle."""
+    from ..averaging import read_average_manifest
+    from ..file_table import table_problems
+
+    record = read_receipt(receipt)
+    if record is None:
+        return
+    model = Path(record["global_model"])
+    try:
+        problems = table_problems(model, read_average_manifest(model).files, hashes=False)
+    except (OSError, ValueError) as exc:
+        problems = [str(exc)]
+    if problems:
+        raise UserError(
+            f"round {number}: its global model {model}, recorded by {receipt}, is gone or no longer matches its "
+            f"manifest ({'; '.join(problems[:2])}); delete {receipt} to average round {number} again from its sites' checkpoints"
+        )

@@ -22,10 +22,10 @@ from typing import Protocol
 from ..config.load import dump_config
 from ..errors import UserError
 from .base_model import base_model_dir
-from .history import record_failure
+from .history import first_unfinished_round, record_failure
 from .layout import FederationDir, RoundDir
 from .ownership import federation_id
-from .receipts import read_receipt, write_receipt
+from .receipts import checked_global_model, read_receipt, write_receipt
 from .schema import FederationConfig, SiteConfig
 from .site_configs import keep_site_configs, site_config_file
 from .sites import SitePlan, round_overrides, round_resolution
@@ -99,6 +99,7 @@ def run_rounds(
     dropped ones too: the table keeps their rounds, and a failure is recorded against them."""
     everyone = everyone or fed
     keep_site_configs(root, {plan.site.name: plan.text for plan in plans})
+    _check_last_global_model(fed, root)
     from .lora import initial_adapter, lora_sites, merge_final_adapter
 
     base = base_model_dir(fed, root)
@@ -122,6 +123,16 @@ def run_rounds(
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
     if mode == "adapters" and not root.merged.is_dir() and merge_final_adapter(fed, base, root) is not None:
         log.info("the last global adapter merged into the base model: %s", root.merged)
+
+
+def _check_last_global_model(fed: FederationConfig, root: FederationDir) -> None:
+    """The last averaged round's global model, which the next round starts from (or which is the
+    finished federation's result), checked against its manifest; earlier ones may be deleted."""
+    last = first_unfinished_round(fed, root)
+    if read_receipt(root.round(last).averaged) is None:
+        last -= 1
+    if last >= 1:
+        checked_global_model(root.round(last).averaged, last)
 
 
 def benchmark_round(fed: FederationConfig, rd: RoundDir) -> None:
