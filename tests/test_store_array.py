@@ -159,7 +159,7 @@ def test_parts_merged_equal_a_single_prepare_and_finished_parts_are_skipped(
     assert main(["prepare", "--out", str(tmp_path / "single"), "--shard-tokens", "2000", *_overrides(corpus)]) == 0
     out = tmp_path / "merged"
     cfg = resolve_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
-    work, _ = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
+    work = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
     for i in (2, 0, 1):
         assert main(["prepare", "--part", str(i), "--work", str(work)]) == 0
     assert finished_parts(work, 3) == [0, 1, 2]
@@ -182,7 +182,7 @@ def test_merge_refuses_unfinished_parts_and_another_plan_is_refused(corpus: Path
 
     cfg = resolve_run_config(None, [*_overrides(corpus), "data.store=", "model.bundle=", "data.streaming=false"])
     out = tmp_path / "store"
-    work, _ = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
+    work = plan_array(cfg, dump_config(cfg), out, 3, 2000, False, False)
     assert main(["prepare", "--part", "0", "--work", str(work)]) == 0
     capsys.readouterr()
     assert main(["prepare", "--merge", str(work)]) == 2

@@ -134,7 +134,7 @@ def _submit(args: argparse.Namespace) -> int:
     from ..config import dump_config
     from ..errors import UserError
     from ..slurm.prepare_jobs import prepare_job, render_prepare, submit_prepare
-    from ..store.array import check_work_dir, finished_parts, plan_array, work_dir
+    from ..store.array import PLAN, check_work_dir, finished_parts, plan_array, work_dir
     from ..store.writer import DEFAULT_SHARD_TOKENS, check_target
 
     if not args.cluster:
@@ -176,7 +176,8 @@ def _submit(args: argparse.Namespace) -> int:
     made = work  # the topmost directory this call makes, removed again if sbatch refuses the first job
     while not made.parent.exists():
         made = made.parent
-    _, new = plan_array(
+    new = not (work / PLAN).is_file()  # plan_array makes the work directory anew
+    plan_array(
         cfg, dump_config(cfg), out, args.shards, args.shard_tokens or DEFAULT_SHARD_TOKENS, args.bundle, args.force
     )
     done = finished_parts(work, args.shards)

@@ -36,6 +36,7 @@ from .writer import SplitWriter, StorePlan, check_target, finish_file, id_dtype,
 
 __all__ = [
     "ArrayPlan",
+    "PLAN",
     "work_dir",
     "check_work_dir",
     "plan_array",
@@ -85,9 +86,9 @@ def work_dir(out: Path) -> Path:
 
 def plan_array(
     cfg: RunConfig, config_text: str, out: Path, parts: int, shard_tokens: int, bundle: bool, force: bool
-) -> tuple[Path, bool]:
-    """Create (or take up again) the work directory of an array prepare; returns it, and whether
-    this call made it (new: made in a staging directory beside it and renamed into place).
+) -> Path:
+    """Create (or take up again) the work directory of an array prepare; returns it. A new one (no
+    plan.json yet) is made in a staging directory beside it and renamed into place.
 
     A work directory of the same plan is reused with its finished parts; one of another plan is
     refused unless `force`, which discards its parts.
@@ -112,11 +113,11 @@ def plan_array(
 
     if old is not None:
         fill(work)
-        return work, False
+        return work
     with Staging(work, "--out") as staging:  # a new work directory appears whole, by one rename
         fill(staging.path)
         staging.publish()
-    return work, True
+    return work
 
 
 def check_work_dir(out: Path) -> Path:
