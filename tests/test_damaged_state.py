@@ -143,3 +143,20 @@ def test_rotation_never_deletes_a_rejected_checkpoint(tmp_path: Path) -> None:
         ".rejected-checkpoint-3-2",
     ]
     assert (layout.root / ".rejected-checkpoint-3-2" / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_scontrol_answering_garbage_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A real scontrol cannot be made to answer garbage: a stand-in on PATH does, as a damaged
+    controller or a wrapper printing its own text would."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'JobId=12 JobState=RUNNING Restarts=lots \x01garbage'\n")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    run = _run_dir(tmp_path / "run")
+    assert main(["status", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "supertune: error: scontrol show job 12: Slurm answered Restarts='lots', not a number; check Slurm with `scontrol ping`"
+    ]
