@@ -214,9 +214,17 @@ def test_the_masked_loss_is_the_cross_entropy_of_the_answers(base_tokenizer, mod
     assert loss == pytest.approx(_reference(model, reference), abs=1e-5)
 
 
+LONGER = {
+    (False, False): "each is truncated at data.max_length=96, and the turns past it are not trained",
+    (True, False): "they run across block edges (of 96 tokens) as every packed document does",
+    (True, True): "each is cut into pieces of 96 tokens, and a piece does not see the one before it",
+}
+
+
 @pytest.mark.parametrize("packing, document_mask", [(False, False), (True, False), (True, True)])
-def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packing, document_mask):
-    """The streamed validation split (read once, unshuffled) holds the rows the map-style one holds."""
+def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, caplog, packing, document_mask):
+    """The streamed validation split (read once, unshuffled) holds the rows the map-style one holds; and
+    the conversations longer than a sequence are counted in the log, with what becomes of them."""
     from supertune.training_data.pipeline import build_training_data
 
     tok = _tokenizer(base_tokenizer)
@@ -233,6 +241,13 @@ def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, packin
 
     streamed, stored = rows(True), rows(False)
     assert streamed == stored and any(-100 in labels for _, labels in stored)
+    ids, _ = encode_rows({"messages": _conversations(40)}, DataConfig(format="chat"), tok, "t", 0)
+    longer = sum(len(x) > 96 for x in ids)
+    assert 0 < longer < 40
+    expected = (
+        f"chat: {longer} of 40 training conversations are longer than 96 tokens: {LONGER[packing, document_mask]}"
+    )
+    assert [r.getMessage() for r in caplog.records if "are longer than" in r.getMessage()] == [expected]
 
 
 def test_the_loss_targets_are_the_shifted_labels_that_are_kept():

@@ -1,6 +1,7 @@
-"""Conversations through the run paths plain text has: `--nproc 2` (torchrun over gloo), exact resume
-after a SIGKILL, a two-site federation; and the tokens a run trained on (the loss targets), counted
-over the very batches, in the checkpoint manifests, the summary and the federation's round table."""
+"""Conversations through the run paths plain text has: `--nproc 2` (torchrun over gloo) under DDP, FSDP
+and ZeRO-3, exact resume after a SIGKILL, a two-site federation; and the tokens a run trained on (the
+loss targets), counted over the very batches, in the checkpoint manifests, the summary and the
+federation's round table."""
 
 from __future__ import annotations
 
@@ -81,16 +82,48 @@ def test_the_loss_tokens_are_the_answers_of_the_batches_trained(straight):
     assert 0 < half.loss_tokens < final.loss_tokens and half.loss_tokens < half.tokens_seen
 
 
-def test_two_processes_train_the_same_answers_as_one(straight, tmp_path):
-    run = tmp_path / "two"
-    proc = train(run, *CHAT, "training.per_device_train_batch_size=4", nproc=2)
+# Two processes of 4 conversations a step each: the global batch of the one-process runs.
+TWO = [*CHAT, "training.per_device_train_batch_size=4"]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory) -> Path:
+    """The two-process DDP run of the same conversations, which the sharding strategies are compared with."""
+    run = tmp_path_factory.mktemp("chat") / "two"
+    proc = train(run, *TWO, nproc=2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    one, two = _summary(straight), _summary(run)
-    assert two["world_size"] == 2 and two["loss_on"] == "assistant"
-    assert (two["train_tokens"], two["train_loss_tokens"]) == (one["train_tokens"], one["train_loss_tokens"])
-    ref, got = losses(straight), losses(run)
+    assert _summary(run)["sharding"]["wrapper"] == "DistributedDataParallel"
+    return run
+
+
+def test_two_processes_train_the_same_answers_as_one(straight, two):
+    one, both = _summary(straight), _summary(two)
+    assert both["world_size"] == 2 and both["loss_on"] == "assistant"
+    assert (both["train_tokens"], both["train_loss_tokens"]) == (one["train_tokens"], one["train_loss_tokens"])
+    ref, got = losses(straight), losses(two)
     assert ref.keys() == got.keys() and max(abs(ref[s] - got[s]) for s in ref) <= 1e-4
-    assert abs(one["eval_loss"] - two["eval_loss"]) <= 1e-4
+    assert abs(one["eval_loss"] - both["eval_loss"]) <= 1e-4
+
+
+@pytest.mark.parametrize(("strategy", "wrapper"), [("fsdp", "FSDP"), ("zero3", "DeepSpeedEngine")])
+def test_a_sharded_run_trains_the_answers_ddp_trains(two, tmp_path, strategy, wrapper):
+    """FSDP and ZeRO-3, which shard the parameters too, receive the batches DDP receives, labels
+    included: the same per-step losses and eval loss in fp32, the same loss tokens."""
+    run = tmp_path / strategy
+    proc = train(run, *TWO, "generate.max_new_tokens=0", f"distributed.strategy={strategy}", nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ddp, sharded = _summary(two), _summary(run)
+    assert sharded["sharding"]["wrapper"].startswith(wrapper) and sharded["loss_on"] == "assistant"
+    assert 0.45 <= sharded["sharding"]["held_fraction"] <= 0.55  # each process holds half of every parameter
+    assert (sharded["train_tokens"], sharded["train_loss_tokens"]) == (ddp["train_tokens"], ddp["train_loss_tokens"])
+    ref, got = losses(two), losses(run)
+    worst = max(abs(ref[s] - got[s]) for s in ref)
+    print(f"{strategy} vs ddp: per-step loss {worst:.1e}, eval loss {abs(ddp['eval_loss'] - sharded['eval_loss']):.1e}")
+    assert ref.keys() == got.keys() and worst <= 1e-5
+    assert abs(ddp["eval_loss"] - sharded["eval_loss"]) <= 1e-5
+    # the loss tokens of both processes, summed when the sharded checkpoint is written
+    final = read_manifest(CheckpointDir(run / "checkpoints").final(STEPS))
+    assert final.loss_tokens == sharded["train_loss_tokens"]
 
 
 def test_a_killed_chat_run_resumes_to_the_same_weights_and_loss_tokens(straight, tmp_path):
