@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from strategy_runs import COMMON, free_port, run_losses, train_run, two_nodes
+from strategy_runs import COMMON, free_port, run_losses, train_run
 
 pytestmark = pytest.mark.slow
 
@@ -112,35 +112,6 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
         str(tmp_path / "run" / "model"), load_saved_config(tmp_path / "run" / "config.yaml")
     )
     assert abs(reloaded["eval_loss"] - summary["eval_loss"]) <= 1e-5
-
-
-def test_hybrid_shards_within_a_node_and_replicates_across_two(tmp_path):
-    """Two torchrun agents of 2 processes each on this machine, joined as 2 nodes (--nnodes 2): the
-    launch environment sees 2 nodes x 2 local processes, as on two hosts, and the model is sharded on
-    the 2 x 2 mesh (dp_replicate, dp_shard). Against a 4-process DDP run at the same split: 2 per
-    forward pass x 2 micro-batches x 4 processes, the all-reduce across nodes deferred to the last
-    micro-batch."""
-    import yaml
-
-    split = ["training.per_device_train_batch_size=2", "training.global_batch_size=16"]
-    ddp = (tmp_path / "ddp", *train_run(tmp_path / "ddp", *split, nproc=4))
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
-    config["distributed"]["strategy"] = "fsdp"
-    config["distributed"]["fsdp"]["sharding"] = "hybrid"
-    assert (config["training"]["per_device_train_batch_size"], config["training"]["gradient_accumulation_steps"]) == (
-        2,
-        2,
-    )
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    agents = two_nodes(run_dir)
-    outputs = [a.stdout for a in agents]
-    assert [a.returncode for a in agents] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    assert "(node 1 of 2, local rank 1 of 2)" in outputs[1]
-    losses, summary = run_losses(run_dir)
-    _assert_matches_ddp(ddp, losses, summary)
-    _assert_sharded(summary, {"dp_replicate": 2, "dp_shard": 2}, 5)
 
 
 def _torchrun_worker(run_dir):
