@@ -78,12 +78,22 @@ def read_receipt(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def _unlike_its_manifest(directory: Path, read: Any) -> list[str]:
+    """How `directory` differs from the files its manifest (read by `read`) lists, by size: a
+    missing or unreadable manifest is a problem too."""
+    from ..file_table import table_problems
+
+    try:
+        return table_problems(directory, read(directory).files, hashes=False)
+    except (OSError, ValueError) as exc:
+        return [str(exc)]
+
+
 def checked_checkpoint(receipt: Path, record: dict[str, Any], site: str, number: int) -> str:
     """The checkpoint a site's training receipt names, when it is that site's own of that round: it lies
     in the site's folder beside the receipt (a site on this machine) and its files are still the ones
     its manifest lists (sizes: a deleted or replaced checkpoint is named here, before any average)."""
     from ..checkpoints.manifest import read_manifest
-    from ..file_table import table_problems
 
     checkpoint = Path(record["checkpoint"])
     own = receipt.parent.resolve()
@@ -93,11 +103,8 @@ def checked_checkpoint(receipt: Path, record: dict[str, Any], site: str, number:
             f"{label}: {receipt} names {checkpoint} (site {record['site']}, round {record['round']}), not a checkpoint "
             f"of this site's run in {own}; delete the receipt to redo the site's training"
         )
-    try:
-        # Sizes here; the average reads every byte once and checks each file's sha256 as it goes.
-        problems = table_problems(checkpoint, read_manifest(checkpoint).files, hashes=False)
-    except (OSError, ValueError) as exc:
-        problems = [str(exc)]
+    # Sizes here; the average reads every byte once and checks each file's sha256 as it goes.
+    problems = _unlike_its_manifest(checkpoint, read_manifest)
     if problems:
         raise UserError(
             f"{label}: {checkpoint}, named by {receipt}, no longer matches its manifest ({'; '.join(problems[:2])}); "
@@ -111,16 +118,12 @@ def checked_global_model(receipt: Path, number: int) -> None:
     manifest lists (sizes): what the next round starts from, or a finished federation's result. A
     deleted or damaged one is a UserError naming it and the way out, not a later round's puzzle."""
     from ..averaging import read_average_manifest
-    from ..file_table import table_problems
 
     record = read_receipt(receipt)
     if record is None:
         return
     model = Path(record["global_model"])
-    try:
-        problems = table_problems(model, read_average_manifest(model).files, hashes=False)
-    except (OSError, ValueError) as exc:
-        problems = [str(exc)]
+    problems = _unlike_its_manifest(model, read_average_manifest)
     if problems:
         raise UserError(
             f"round {number}: its global model {model}, recorded by {receipt}, is gone or no longer matches its "
