@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -244,10 +245,12 @@ def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, caplog
     ids, _ = encode_rows({"messages": _conversations(40)}, DataConfig(format="chat"), tok, "t", 0)
     longer = sum(len(x) > 96 for x in ids)
     assert 0 < longer < 40
-    expected = (
-        f"chat: {longer} of 40 training conversations are longer than 96 tokens: {LONGER[packing, document_mask]}"
-    )
-    assert [r.getMessage() for r in caplog.records if "are longer than" in r.getMessage()] == [expected]
+    said = [r.getMessage() for r in caplog.records if "are longer than" in r.getMessage()]
+    # the stream's validation split as it is read, then the whole-read training split before a step
+    assert said == [
+        f"chat: {longer} of 40 streamed conversations read so far are longer than 96 tokens: {LONGER[packing, document_mask]}",
+        f"chat: {longer} of 40 training conversations are longer than 96 tokens: {LONGER[packing, document_mask]}",
+    ]
 
 
 def test_the_loss_targets_are_the_shifted_labels_that_are_kept():
@@ -473,7 +476,7 @@ def test_a_lora_chat_run_trains_the_answers_and_saves_the_template(capsys, tmp_p
     assert f"eval loss {summary['eval_loss']:.6f}" in capsys.readouterr().out
 
 
-def test_a_token_store_keeps_the_masks(capsys, tmp_path):
+def test_a_token_store_keeps_the_masks(capsys, caplog, tmp_path):
     """`supertune prepare` stores the loss mask beside the ids (checked by --verify); a run from the store
     gets the labels a run from the files gets, and a store of other rows or another loss is refused."""
     from supertune.modeling.tokenizer import load_tokenizer
@@ -497,7 +500,14 @@ def test_a_token_store_keeps_the_masks(capsys, tmp_path):
         built = build_training_data(cfg.data, load_tokenizer(cfg), 0, 256)
         return [built.validation[i]["labels"].tolist() for i in range(len(built.validation))]
 
-    assert labels(f"data.store={tmp_path}/store") == labels()
+    def longer() -> list[str]:  # the count of conversations longer than a sequence, as the log says it
+        return [r.getMessage() for r in caplog.records if "are longer than" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="supertune"):
+        from_files = labels()
+        said, _ = longer(), caplog.clear()
+        assert labels(f"data.store={tmp_path}/store") == from_files
+    assert len(said) == 1 and " training conversations are longer than " in said[0] and longer() == said
     with pytest.raises(UserError, match=r"data.loss_on='assistant', the run's is 'all'"):
         labels(f"data.store={tmp_path}/store", "data.loss_on=all")
 

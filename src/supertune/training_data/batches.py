@@ -204,12 +204,22 @@ class _Stream(torch.utils.data.IterableDataset):
             rows.set_epoch(self.epoch)
         if self.d.format != "text":
             from ..conversations.encoding import encode_rows
+            from .long_rows import log_longer, sequence_limit
 
-            count = 0
+            # A stream is counted as it is read (what a whole-read split says before the first
+            # step): at the first batch of rows with one longer than a sequence, and at the end of
+            # a pass when more were found after it.
+            limit, count, longer, said = sequence_limit(self.d), 0, 0, 0
             for batch in iter_row_batches(rows, batch_docs=256):
                 ids, masks = encode_rows(batch, self.d, self.tokenizer, "the stream", count)
                 count += len(ids)
+                longer += sum(len(x) > limit for x in ids) if limit else 0
+                if longer and not said:
+                    log_longer(self.d, "streamed", longer, count, limit, so_far=True)
+                    said = longer
                 yield from zip(ids, masks)
+            if longer > said:
+                log_longer(self.d, "streamed", longer, count, limit)
             return
         for i, texts in enumerate(_rendered(iter_row_batches(rows, batch_docs=256), self.d, "streamed")):
             docs = encode_texts(texts, self.tokenizer, self.d.add_eos)

@@ -22,6 +22,7 @@ from .batches import (
     tokenize_split,
 )
 from .document_bins import DocumentBins
+from .long_rows import log_longer, rows_name, sequence_limit
 
 __all__ = ["TrainingData", "build_training_data", "build_eval_dataset"]
 
@@ -181,30 +182,18 @@ def _log_masked(split: TokenizedSplit, d: DataConfig, name: str, context_length:
     than a sequence: they are kept and cut as any document is (never refused), and the log says how many."""
     if split.masks is None:
         return
-    rows = "conversations" if d.format == "chat" else "rows"
     log.info(
         "%s: %s split, %d %s, %d tokens, %d of them trained on (data.loss_on=%s)",
         d.format,
         name,
         len(split.docs),
-        rows,
+        rows_name(d),
         split.num_tokens,
         split.loss_tokens,
         d.loss_target,
     )
-    limit = d.block_size if d.packing else d.max_length or min(max(len(x) for x in split.docs), context_length)
-    longer = sum(len(x) > limit for x in split.docs)
-    if not longer:
-        return
-    if d.packing and d.document_mask:
-        how = f"each is cut into pieces of {limit} tokens, and a piece does not see the one before it"
-    elif d.packing:
-        how = f"they run across block edges (of {limit} tokens) as every packed document does"
-    else:
-        how = f"each is truncated at data.max_length={limit}, and the turns past it are not trained"
-    log.warning(
-        "%s: %d of %d %s %s are longer than %d tokens: %s", d.format, longer, len(split.docs), name, rows, limit, how
-    )
+    limit = sequence_limit(d) or min(max(len(x) for x in split.docs), context_length)
+    log_longer(d, name, sum(len(x) > limit for x in split.docs), len(split.docs), limit)
 
 
 def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
@@ -214,6 +203,8 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
     training.seed and a resumed run skips to its position, which a stream cannot do exactly;
     data.streaming changes nothing here, the memory map already reads lazily.
     """
+    import numpy as np
+
     from ..store.reader import open_store_for_run
 
     store = open_store_for_run(d, tokenizer)
@@ -233,6 +224,10 @@ def _stored(d: DataConfig, tokenizer: Any, context_length: int) -> TrainingData:
         max_length = d.max_length or min(t.longest(), context_length)
         train, validation = PaddedDocuments(t, max_length, t.masks()), PaddedDocuments(v, max_length, v.masks())
         collator = PadCollator(tokenizer.pad_token_id, max_length)
+    if t.loss_mask is not None:  # conversations or prompt/completion rows: say how many are cut, as files do
+        limit = d.block_size if d.packing else max_length
+        lengths = np.diff(t.offsets)
+        log_longer(d, "training", int((lengths > limit).sum()), len(lengths), limit)
     return TrainingData(
         train=train,
         validation=validation,
