@@ -43,9 +43,10 @@ def train_run(run_dir, *args, nproc=2):
 
 @pytest.fixture(scope="session")
 def ddp(tmp_path_factory):
-    """The DDP run every strategy is compared with: (run dir, losses, summary)."""
+    """The DDP run every strategy is compared with: (run dir, losses, summary). Its last step is saved
+    as a checkpoint too (a DDP checkpoint, for the tests that need one)."""
     run_dir = tmp_path_factory.mktemp("ddp") / "run"
-    losses, summary = train_run(run_dir)
+    losses, summary = train_run(run_dir, "training.save_strategy=steps", "training.save_steps=6")
     assert summary["sharding"]["wrapper"] == "DistributedDataParallel"
     return run_dir, losses, summary
 

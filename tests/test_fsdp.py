@@ -180,26 +180,26 @@ def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resum
 
 
 def test_fsdp_refuses_to_resume_from_a_checkpoint_without_shards(ddp, tmp_path):
-    """A DDP checkpoint under a run whose config was switched to fsdp by hand (resume refuses a changed
-    strategy given as an override; an edited config.yaml gets past that): one line, before DCP."""
+    """The DDP run's last checkpoint under a run whose config was switched to fsdp by hand (resume
+    refuses a changed strategy given as an override; an edited config.yaml gets past that), asked for
+    one more step: one line, before DCP."""
+    import shutil
+
     import yaml
 
     from supertune.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
+    shutil.copytree(ddp[0] / "checkpoints", run.checkpoints, symlinks=True)
+    assert (run.checkpoints / "checkpoint-6" / "model.safetensors").is_file()
     config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
-    (run.path / "config.yaml").write_text(yaml.safe_dump(config))
-    run.stop_request.write_text("")  # a DDP checkpoint of step 1, then a stop
-    stopped = _torchrun_worker(run.path)
-    assert stopped.returncode == 0 and (run.checkpoints / "checkpoint-1" / "model.safetensors").is_file()
-
-    run.stop_request.unlink()
     config["distributed"]["strategy"] = "fsdp"
     (run.path / "config.yaml").write_text(yaml.safe_dump(config))
-    refused = subprocess.run(  # the same command again, as a user resumes
+    refused = subprocess.run(  # the same command again, as a user resumes, one step further
         [sys.executable, "-m", "supertune", "train", "--run-dir", str(run.path), "--nproc", "2"]
-        + [*COMMON, "distributed.strategy=fsdp"],
+        + [*COMMON, "training.save_strategy=steps", "training.save_steps=6"]
+        + ["distributed.strategy=fsdp", "training.max_steps=7"],
         capture_output=True,
         text=True,
         timeout=600,
