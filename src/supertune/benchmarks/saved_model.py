@@ -17,14 +17,13 @@ from ..config.schema import EvaluationConfig
 from ..errors import first_line
 from ..rundir import RunDir, run_of_model
 from .results import flat_scores
-from .scoring import check_tasks, record, score_model
 
-__all__ = ["benchmark_saved_model"]
+__all__ = ["benchmark_saved_model", "scores_owner"]
 
 _ROUND = re.compile(r"round-(\d{3,})")
 
 
-def _owner(model_dir: Path) -> tuple[RunDir, dict[str, Any], RunDir | None]:
+def scores_owner(model_dir: Path) -> tuple[RunDir, dict[str, Any], RunDir | None]:
     """(where the records go, what marks the record, the run whose tracked runs get the scores)."""
     run = run_of_model(model_dir)
     if run is not None:
@@ -42,12 +41,13 @@ def benchmark_saved_model(
     """(scores, the benchmarks.md written, a warning per tracking sink that could not take them);
     option: the CLI option or config key that named the tasks, for its errors."""
     from ..evaluation.perplexity import load_saved_model
+    from .scoring import check_tasks, record, score_model  # transformers: not for scores_owner's callers
 
     path = Path(model_dir).expanduser().absolute()
     manager = check_tasks(tasks, option)  # a wrong name or missing data before the model loads
     model, tokenizer = load_saved_model(str(path), verify)
     scores = score_model(model, tokenizer, e, tasks, option, manager)
-    owner, where, run = _owner(path)
+    owner, where, run = scores_owner(path)
     step = _trained_steps(run)
     record(owner, scores, step=step, model=str(path), **where)
     warnings = _track(run, step or 0, flat_scores(scores)) if run is not None else []
