@@ -176,6 +176,15 @@ def test_wandb_offline_runs_are_one_run_read_back_by_wandb(resumed_run):
             final.update(r["summary"]["update"])
     assert final["eval_loss"] == pytest.approx(summary["eval_loss"]) and final["train_steps"] == 6
     assert final["devices"] == "1 x CPU"
+    # What MLflow gets as tags and artifacts, W&B gets as config, files and summary.
+    assert config["supertune.run_dir"] == str(run_dir)
+    manifest = json.loads((run_dir / "model" / "supertune-model.json").read_text())
+    assert final["model_manifest"] == manifest and manifest["files"]
+    saved = {f["path"] for r in resumed if r["type"] == "files" for f in r["files"]["files"]}
+    assert {"summary.json", "config.yaml", "model/supertune-model.json"} <= saved
+    files = folders[-1] / "files"
+    assert (files / "config.yaml").read_text() == (run_dir / "config.yaml").read_text()
+    assert json.loads((files / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
 
 
 def test_sync_uploads_every_offline_folder_and_refuses_a_run_without_one(resumed_run, tmp_path, capfd):
