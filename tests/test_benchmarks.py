@@ -94,3 +94,35 @@ def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_p
         assert "Traceback" not in proc.stderr
     assert "pre-download it" in lines[-1] and "datasets.load_dataset('supertune-tests/absent')" in lines[-1]
     assert (trained / "benchmarks.jsonl").read_text() == before  # nothing recorded for a refused evaluation
+
+
+def test_a_global_model_without_a_tokenizer_is_scored_with_the_sites_tokenizer(tmp_path: Path, capfd) -> None:
+    """A federation's global model saved without a tokenizer (a base model given without one, as the
+    two-site Llama recipe's) is scored with the sites' model.tokenizer; with none named, refused in one line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from supertune.cli.main import main
+    from supertune.config import dump_config
+    from supertune.embedded.model import default_model_config
+    from supertune.embedded.tokenizer import default_tokenizer
+    from supertune.resolve import resolve_run_config
+
+    tokenizer_dir = default_tokenizer()
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    fed = tmp_path / "fed"
+    model = fed / "round-001" / "global"
+    config = default_model_config(len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    AutoModelForCausalLM.from_config(LlamaConfig(**{**config, "num_hidden_layers": 1})).save_pretrained(model)
+    (fed / "federation.yaml").write_text("rounds: 1\n", encoding="utf-8")
+    (fed / "sites").mkdir()
+    site = resolve_run_config(None, [f"model.tokenizer={tokenizer_dir}"], trains=False)
+    (fed / "sites" / "a.yaml").write_text(dump_config(site), encoding="utf-8")
+    args = ["eval", str(model), "--tasks", "supertune_corpus_nouns", "--limit", "4"]
+    assert main(args) == 0
+    (record,) = _records(fed)
+    assert record["round"] == 1 and set(record["scores"]) == {"supertune_corpus_nouns"}
+    capfd.readouterr()
+    (fed / "sites" / "a.yaml").write_text(dump_config(resolve_run_config(None, [], trains=False)), encoding="utf-8")
+    assert main(args) == 2
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"supertune: error: MODEL: {str(model)!r} holds no tokenizer"), line
