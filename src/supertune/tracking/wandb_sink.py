@@ -22,6 +22,7 @@ from ..checkpoints.manifest import MODEL_MANIFEST_FILE
 from ..config.schema import RunConfig
 from ..rundir import RunDir
 from .ids import TrackingIds, write_ids
+from .params import tracked_name
 
 __all__ = ["WandbSink"]
 
@@ -65,8 +66,9 @@ class WandbSink:
             write_ids(run.tracking, ids)  # before init: a job killed during it resumes the same id
         wandb_run = wandb.init(
             dir=str(run.path),
-            project=os.environ.get("WANDB_PROJECT") or cfg.output.name,
-            name=run.path.name,
+            project=os.environ.get("WANDB_PROJECT") or cfg.training.tracking_project or cfg.output.name,
+            name=tracked_name(cfg, run),
+            group=cfg.training.tracking_group or None,
             id=ids.wandb_run_id,
             resume="allow",
             config={**params, **tags},
