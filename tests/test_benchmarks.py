@@ -126,3 +126,36 @@ def test_a_global_model_without_a_tokenizer_is_scored_with_the_sites_tokenizer(t
     assert main(args) == 2
     (line,) = capfd.readouterr().err.strip().splitlines()
     assert line.startswith(f"supertune: error: MODEL: {str(model)!r} holds no tokenizer"), line
+
+
+SMALL = [
+    "training.max_steps=4", "model.config_overrides=num_hidden_layers=1", "generate.max_new_tokens=0",
+    "data.max_eval_samples=8", "training.report_to=[]", "evaluation.tasks=[supertune_corpus_nouns]",
+    "evaluation.limit=8", "training.per_device_train_batch_size=4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nproc", "overrides", "expected"),
+    [
+        # Every 2 steps of a LoRA run under DDP: only rank 0 scores (the base with the adapters, the
+        # PeftModel in memory) and writes; the other process waits in its next step, nothing hangs.
+        (2, ["evaluation.every_steps=2", "model.lora.enabled=true"], [(2, "training"), (4, "trained")]),
+        # FSDP shards the parameters: the saved model is read back whole and scored.
+        (2, ["distributed.strategy=fsdp"], [(4, "model")]),
+    ],
+    ids=["lora-ddp-every-steps", "fsdp-saved-model"],
+)
+def test_benchmarks_under_ddp_with_lora_and_under_fsdp(
+    nproc: int, overrides: list[str], expected: list, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = _supertune("train", "--run-dir", str(run_dir), "--nproc", str(nproc), *SMALL, *overrides)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = _records(run_dir)
+    assert [(r["step"], r["model"]) for r in records] == expected
+    assert all(set(r["scores"]) == {"supertune_corpus_nouns"} for r in records)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["benchmarks"] == records[-1]["scores"]
+    if "model.lora.enabled=true" in overrides:
+        assert (run_dir / "model" / "adapter_config.json").is_file()
