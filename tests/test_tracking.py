@@ -276,7 +276,7 @@ def test_a_backend_that_is_not_installed_is_named_with_its_pin(tmp_path, monkeyp
     assert read_ids(run.tracking).wandb_run_id is None
 
 
-def test_a_federation_is_one_tracked_group(tmp_path):
+def test_a_federation_is_one_tracked_group(tmp_path, capfd):
     """One round of two local sites that report to both backends: MLflow's store in the federation
     directory holds one run per site and round and the global series, all tagged with one group in
     one experiment; W&B's offline runs carry the same group, read back by W&B's own reader."""
@@ -328,3 +328,8 @@ def test_a_federation_is_one_tracked_group(tmp_path):
     (folder,) = offline_wandb_runs(RunDir(fed))
     history = [r["history"] for r in _wandb_records(folder) if r["type"] == "history"]
     assert [h["step"]["num"] for h in history] == [1] and "global/eval_loss" in history[0]["item"]
+    # `supertune sync FED` uploads the whole group: the global series and both sites' runs.
+    from supertune.cli.main import main
+
+    assert main(["sync", str(fed), "--dry-run"]) == 0
+    assert "Would sync 3 run(s)" in "".join(capfd.readouterr())
