@@ -173,8 +173,9 @@ def _round_work(
     number: int,
     previous: Path,
     base: Path,
-    identity: str,
+    identity: str = "",
 ) -> RoundWork:
+    """identity: the federation's id (ownership.federation_id), read when a site's round config needs it."""
     rd = root.round(number)
     work = RoundWork(number, previous, base if number == 0 else rd.global_model, rd.averaged)
     for plan in plans:

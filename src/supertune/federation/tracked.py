@@ -43,6 +43,10 @@ def tracking_overrides(fed: FederationConfig, plan: SitePlan, root: FederationDi
     if not _tracked(plan):
         return []
     t = plan.config.training
+    if not identity:
+        from .ownership import federation_id
+
+        identity = federation_id(root)
     out = [f"training.tracking_group={group_name(fed, identity)}"]
     if not t.tracking_project:
         out.append(f"training.tracking_project={fed.name}")
