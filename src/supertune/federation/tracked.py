@@ -19,6 +19,7 @@ import dataclasses
 import os
 from typing import Any
 
+from ..config.schema import RunConfig
 from ..rundir import RunDir
 from ..tracking.params import SINKS
 from .layout import FederationDir
@@ -60,12 +61,14 @@ def tracking_overrides(fed: FederationConfig, plan: SitePlan, root: FederationDi
 
 
 class GlobalSeries:
-    """The federation's own tracked run; `log_round` after each round, `close` at the end."""
+    """The federation's own tracked run; `log_round` after each round run here, `close` at the end.
+    The tracked run starts with the first round logged: a finished federation run again opens nothing."""
 
-    def __init__(self, tracking: Any, fed: FederationConfig, root: FederationDir) -> None:
-        self.tracking = tracking
+    def __init__(self, cfg: RunConfig, fed: FederationConfig, root: FederationDir) -> None:
+        self.cfg = cfg
         self.fed = fed
         self.root = root
+        self.tracking: Any = None
 
     @classmethod
     def start(
@@ -75,19 +78,14 @@ class GlobalSeries:
         tracked = [p for p in plans if _tracked(p)]
         if not tracked:
             return None
-        from ..launch.environment import launch_environment
-        from ..tracking.session import Tracking
-
         cfg = tracked[0].config
         training = dataclasses.replace(
             cfg.training,
             tracking_group=group_name(fed, identity),
             tracking_project=cfg.training.tracking_project or fed.name,
         )
-        cfg = dataclasses.replace(
-            cfg, training=training, output=dataclasses.replace(cfg.output, name=f"{fed.name}-global")
-        )
-        return cls(Tracking.for_run(cfg, RunDir(root.path), launch_environment(), "federation"), fed, root)
+        output = dataclasses.replace(cfg.output, name=f"{fed.name}-global")
+        return cls(dataclasses.replace(cfg, training=training, output=output), fed, root)
 
     def log_round(self, number: int) -> None:
         from ..benchmarks.results import flat_scores
@@ -108,7 +106,13 @@ class GlobalSeries:
         if isinstance(trained, dict) and trained:
             metrics["global/tokens"] = sum(v for v in trained.values() if isinstance(v, int | float))
         metrics.update(flat_scores((read_receipt(rd.benchmarks) or {}).get("scores") or {}))
+        if self.tracking is None:
+            from ..launch.environment import launch_environment
+            from ..tracking.session import Tracking
+
+            self.tracking = Tracking.for_run(self.cfg, RunDir(self.root.path), launch_environment(), "federation")
         self.tracking.log(number, metrics)
 
     def close(self, outcome: str) -> None:
-        self.tracking.close(outcome)
+        if self.tracking is not None:
+            self.tracking.close(outcome)
