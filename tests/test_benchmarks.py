@@ -94,3 +94,68 @@ def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_p
         assert "Traceback" not in proc.stderr
     assert "pre-download it" in lines[-1] and "datasets.load_dataset('supertune-tests/absent')" in lines[-1]
     assert (trained / "benchmarks.jsonl").read_text() == before  # nothing recorded for a refused evaluation
+
+
+def test_a_global_model_without_a_tokenizer_is_scored_with_the_sites_tokenizer(tmp_path: Path, capfd) -> None:
+    """A federation's global model saved without a tokenizer (a base model given without one, as the
+    two-site Llama recipe's) is scored with the sites' model.tokenizer; with none named, refused in one line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from supertune.cli.main import main
+    from supertune.config import dump_config
+    from supertune.embedded.model import default_model_config
+    from supertune.embedded.tokenizer import default_tokenizer
+    from supertune.resolve import resolve_run_config
+
+    tokenizer_dir = default_tokenizer()
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    fed = tmp_path / "fed"
+    model = fed / "round-001" / "global"
+    config = default_model_config(len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    AutoModelForCausalLM.from_config(LlamaConfig(**{**config, "num_hidden_layers": 1})).save_pretrained(model)
+    (fed / "federation.yaml").write_text("rounds: 1\n", encoding="utf-8")
+    (fed / "sites").mkdir()
+    site = resolve_run_config(None, [f"model.tokenizer={tokenizer_dir}"], trains=False)
+    (fed / "sites" / "a.yaml").write_text(dump_config(site), encoding="utf-8")
+    args = ["eval", str(model), "--tasks", "supertune_corpus_nouns", "--limit", "4"]
+    assert main(args) == 0
+    (record,) = _records(fed)
+    assert record["round"] == 1 and set(record["scores"]) == {"supertune_corpus_nouns"}
+    capfd.readouterr()
+    (fed / "sites" / "a.yaml").write_text(dump_config(resolve_run_config(None, [], trains=False)), encoding="utf-8")
+    assert main(args) == 2
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"supertune: error: MODEL: {str(model)!r} holds no tokenizer"), line
+
+
+SMALL = [
+    "training.max_steps=4", "model.config_overrides=num_hidden_layers=1", "generate.max_new_tokens=0",
+    "data.max_eval_samples=8", "training.report_to=[]", "evaluation.tasks=[supertune_corpus_nouns]",
+    "evaluation.limit=8", "training.per_device_train_batch_size=4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nproc", "overrides", "expected"),
+    [
+        # Every 2 steps of a LoRA run under DDP: only rank 0 scores (the base with the adapters, the
+        # PeftModel in memory) and writes; the other process waits in its next step, nothing hangs.
+        (2, ["evaluation.every_steps=2", "model.lora.enabled=true"], [(2, "training"), (4, "trained")]),
+        # FSDP shards the parameters: the saved model is read back whole and scored.
+        (2, ["distributed.strategy=fsdp"], [(4, "model")]),
+    ],
+    ids=["lora-ddp-every-steps", "fsdp-saved-model"],
+)
+def test_benchmarks_under_ddp_with_lora_and_under_fsdp(
+    nproc: int, overrides: list[str], expected: list, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = _supertune("train", "--run-dir", str(run_dir), "--nproc", str(nproc), *SMALL, *overrides)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = _records(run_dir)
+    assert [(r["step"], r["model"]) for r in records] == expected
+    assert all(set(r["scores"]) == {"supertune_corpus_nouns"} for r in records)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["benchmarks"] == records[-1]["scores"]
+    if "model.lora.enabled=true" in overrides:
+        assert (run_dir / "model" / "adapter_config.json").is_file()

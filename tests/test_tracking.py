@@ -176,6 +176,15 @@ def test_wandb_offline_runs_are_one_run_read_back_by_wandb(resumed_run):
             final.update(r["summary"]["update"])
     assert final["eval_loss"] == pytest.approx(summary["eval_loss"]) and final["train_steps"] == 6
     assert final["devices"] == "1 x CPU"
+    # What MLflow gets as tags and artifacts, W&B gets as config, files and summary.
+    assert config["supertune.run_dir"] == str(run_dir)
+    manifest = json.loads((run_dir / "model" / "supertune-model.json").read_text())
+    assert final["model_manifest"] == manifest and manifest["files"]
+    saved = {f["path"] for r in resumed if r["type"] == "files" for f in r["files"]["files"]}
+    assert {"summary.json", "config.yaml", "model/supertune-model.json"} <= saved
+    files = folders[-1] / "files"
+    assert (files / "config.yaml").read_text() == (run_dir / "config.yaml").read_text()
+    assert json.loads((files / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
 
 
 def test_sync_uploads_every_offline_folder_and_refuses_a_run_without_one(resumed_run, tmp_path, capfd):
@@ -265,3 +274,62 @@ def test_a_backend_that_is_not_installed_is_named_with_its_pin(tmp_path, monkeyp
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "supertune"]
     assert warning.startswith("training.report_to: wandb is not installed here") and "install wandb==" in warning
     assert read_ids(run.tracking).wandb_run_id is None
+
+
+def test_a_federation_is_one_tracked_group(tmp_path, capfd):
+    """One round of two local sites that report to both backends: MLflow's store in the federation
+    directory holds one run per site and round and the global series, all tagged with one group in
+    one experiment; W&B's offline runs carry the same group, read back by W&B's own reader."""
+    import yaml
+    from mlflow import MlflowClient
+
+    from supertune.federation.default import site_corpus
+
+    sites = []
+    for name in ("site-a", "site-b"):
+        train, validation = site_corpus(name)
+        sites.append({"name": name, "steps_per_round": 2, "overrides": [
+            f"data.train_files={train}", f"data.validation_files={validation}", "generate.max_new_tokens=0",
+            "training.report_to=[wandb,mlflow]", "training.logging_steps=1", "training.warmup_steps=0",
+            "data.max_eval_samples=8",
+        ]})  # fmt: skip
+    config = {"name": "fed-tracked", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "sites": sites}
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    fed = tmp_path / "fed"
+    argv = [sys.executable, "-m", "supertune", "federate", str(path), "--dir", str(fed)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "training.report_to" not in proc.stderr  # no sink warned
+    client = MlflowClient(tracking_uri=f"sqlite:///{fed / 'mlflow' / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "fed-tracked"]
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"fed-tracked-site-a-r001", "fed-tracked-site-b-r001", "fed-tracked-global"}
+    groups = {r.data.tags["supertune.group"] for r in runs.values()}
+    assert len(groups) == 1 and groups.pop().startswith("fed-tracked-")
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+    site_a = runs["fed-tracked-site-a-r001"]
+    assert set(_mlflow_history(client, site_a.info.run_id, "loss")) == {1, 2}
+    assert site_a.data.tags["supertune.run_dir"] == str(fed / "round-001" / "site-a" / "run")
+    global_run = runs["fed-tracked-global"]
+    table = json.loads((fed / "rounds.json").read_text())
+    for name in ("site-a", "site-b"):
+        (row,) = [r for r in table["rows"] if r["site"] == name]
+        assert _mlflow_history(client, global_run.info.run_id, f"global/{name}/eval_loss") == {
+            1: pytest.approx(row["global"])
+        }
+    assert set(_mlflow_history(client, global_run.info.run_id, "global/eval_loss")) == {1}
+    # W&B: every run of the group carries it; the global series is the federation directory's own run.
+    group = site_a.data.tags["supertune.group"]
+    for run_dir in (fed / "round-001" / "site-a" / "run", fed / "round-001" / "site-b" / "run", fed):
+        (folder,) = offline_wandb_runs(RunDir(run_dir))
+        (run,) = [r["run"] for r in _wandb_records(folder) if r["type"] == "run"]
+        assert run["run_group"] == group and run["project"] == "fed-tracked", run
+    (folder,) = offline_wandb_runs(RunDir(fed))
+    history = [r["history"] for r in _wandb_records(folder) if r["type"] == "history"]
+    assert [h["step"]["num"] for h in history] == [1] and "global/eval_loss" in history[0]["item"]
+    # `supertune sync FED` uploads the whole group: the global series and both sites' runs.
+    from supertune.cli.main import main
+
+    assert main(["sync", str(fed), "--dry-run"]) == 0
+    assert "Would sync 3 run(s)" in "".join(capfd.readouterr())

@@ -25,6 +25,7 @@ DOCTOR_WORKER = "doctor-worker"
 SITE_TASK = "site-task"
 SITE_EVAL = "site-eval"
 PREPARE_ARRAY = "prepare-array"
+BENCH_EVAL = "bench-eval"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             PREPARE_ARRAY,
             "supertune.store.array_entry",
             "a task of `supertune prepare --submit`: tokenize one part, or merge the parts",
+        ),
+        EntryPoint(
+            BENCH_EVAL,
+            "supertune.benchmarks.job_entry",
+            "the job of `supertune eval MODEL --tasks ... --submit`: benchmarks of a saved model",
         ),
     )
 }

@@ -17,14 +17,13 @@ from ..config.schema import EvaluationConfig
 from ..errors import first_line
 from ..rundir import RunDir, run_of_model
 from .results import flat_scores
-from .scoring import check_tasks, record, score_model
 
-__all__ = ["benchmark_saved_model"]
+__all__ = ["benchmark_saved_model", "scores_owner"]
 
 _ROUND = re.compile(r"round-(\d{3,})")
 
 
-def _owner(model_dir: Path) -> tuple[RunDir, dict[str, Any], RunDir | None]:
+def scores_owner(model_dir: Path) -> tuple[RunDir, dict[str, Any], RunDir | None]:
     """(where the records go, what marks the record, the run whose tracked runs get the scores)."""
     run = run_of_model(model_dir)
     if run is not None:
@@ -37,21 +36,52 @@ def _owner(model_dir: Path) -> tuple[RunDir, dict[str, Any], RunDir | None]:
 
 
 def benchmark_saved_model(
-    model_dir: str, tasks: list[str], e: EvaluationConfig, verify: str = "auto", option: str = "--tasks"
+    model_dir: str,
+    tasks: list[str],
+    e: EvaluationConfig,
+    verify: str = "auto",
+    option: str = "--tasks",
+    tokenizer: str | None = None,
 ) -> tuple[dict[str, dict[str, float]], Path, list[str]]:
     """(scores, the benchmarks.md written, a warning per tracking sink that could not take them);
-    option: the CLI option or config key that named the tasks, for its errors."""
+    option: the CLI option or config key that named the tasks, for its errors; tokenizer: the
+    model.tokenizer to use when the model directory holds none (default: its run's or its
+    federation's sites', as `supertune eval` does for perplexity)."""
+    from ..checkpoints.model_files import has_tokenizer_files
     from ..evaluation.perplexity import load_saved_model
+    from .scoring import check_tasks, record, score_model  # transformers: not for scores_owner's callers
 
     path = Path(model_dir).expanduser().absolute()
     manager = check_tasks(tasks, option)  # a wrong name or missing data before the model loads
-    model, tokenizer = load_saved_model(str(path), verify)
-    scores = score_model(model, tokenizer, e, tasks, option, manager)
-    owner, where, run = _owner(path)
+    owner, where, run = scores_owner(path)
+    if path.is_dir() and not has_tokenizer_files(path):
+        tokenizer = tokenizer or _configured_tokenizer(owner, run)
+    else:
+        tokenizer = None  # the model's own tokenizer wins
+    model, loaded = load_saved_model(str(path), verify, tokenizer)
+    scores = score_model(model, loaded, e, tasks, option, manager)
     step = _trained_steps(run)
     record(owner, scores, step=step, model=str(path), **where)
     warnings = _track(run, step or 0, flat_scores(scores)) if run is not None else []
     return scores, owner.benchmarks_table, warnings
+
+
+def _configured_tokenizer(owner: RunDir, run: RunDir | None) -> str | None:
+    """model.tokenizer of the model's run, or of its federation's first site (sites/<name>.yaml: the
+    sites of a federation share their tokenizer); None when there is none to name."""
+    from ..config import read_config_file
+
+    if run is not None:
+        configs = [run.config]
+    else:
+        configs = sorted((owner.path / "sites").glob("*.yaml"))[:1]
+    for config in configs:
+        try:
+            value = read_config_file(config).get("model", {}).get("tokenizer")
+        except Exception:  # an unreadable config names no tokenizer; the model's own check says what is missing
+            return None
+        return value if isinstance(value, str) and value not in ("", "train") else None
+    return None
 
 
 def _trained_steps(run: RunDir | None) -> int | None:

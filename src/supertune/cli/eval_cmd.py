@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .model_verify_args import add_verify_arguments, verify_mode
+
+if TYPE_CHECKING:
+    from ..config.schema import EvaluationConfig
 
 DESCRIPTION = (
     "Print the loss and perplexity of a saved model. A model inside a run directory is evaluated with that "
     "run's data settings (block size, template, text field) unless overridden; without --data, on the run's "
     "validation data (the embedded corpus's for the default run). With --tasks, run lm-evaluation-harness "
     "tasks on it instead, offline from local data, and record the scores beside the model (its run directory, "
-    "its federation, or the model directory): benchmarks.jsonl and benchmarks.md."
+    "its federation, or the model directory): benchmarks.jsonl and benchmarks.md. With --tasks --submit, as a SLURM "
+    "job on the cluster of the model's run (or --cluster)."
 )
 
 
@@ -23,6 +28,8 @@ def epilog() -> str:
         "  supertune eval ./my-chat-model --data conversations.jsonl data.format=chat   # loss over the answers\n"
         "  supertune eval runs/supertune-20261121-101500/model --tasks supertune_corpus   # the embedded benchmark\n"
         "  supertune eval federations/fed/round-003/global --tasks hellaswag,arc_easy --limit 200\n"
+        "  supertune eval runs/supertune-20261121-101500/model --tasks hellaswag --submit --time 01:00:00   # a job on the run's cluster\n"
+        "  supertune eval ./my-model --tasks supertune_corpus --submit --cluster leonardo --dry-run   # print the job script\n"
     )
 
 
@@ -42,17 +49,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "group (its data in the local Hugging Face datasets cache), or a task YAML file",
     )
     p.add_argument("--limit", type=int, metavar="N", help="with --tasks: the first N documents of each task")
+    p.add_argument(
+        "--submit",
+        action="store_true",
+        help="with --tasks: run them as a SLURM job (one process, one node) on the cluster of the model's run",
+    )
+    p.add_argument("--cluster", help="with --submit: the cluster profile (default: the model's run's launch.cluster)")
+    p.add_argument("--time", help="with --submit: the job's wall-clock limit (default: the run's slurm.time)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --submit: print the job script; write and submit nothing"
+    )
     add_verify_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tasks is not None or args.limit is not None:
+        return _benchmarks(args)
+    _submit_only(args)
     from ..config import read_config_file
     from ..evaluation.perplexity import evaluate_saved_model
     from ..resolve import resolve
     from ..rundir import run_of_model
 
-    if args.tasks is not None or args.limit is not None:
-        return _benchmarks(args)
     base: dict = {}
     run = run_of_model(args.model)
     if run is not None:
@@ -105,12 +123,62 @@ def _benchmarks(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UserError(f"{option}: must be positive, got {value}")
     e = EvaluationConfig(tasks=tasks, limit=args.limit, batch_size=args.batch_size or EvaluationConfig.batch_size)
+    if args.submit:
+        return _submit(args, e)
+    _submit_only(args)
     scores, table, warnings = benchmark_saved_model(args.model, tasks, e, verify_mode(args))
     print(scores_table([{"model": args.model, "scores": scores}]), end="")
     print(f"scores recorded in {table} and {table.with_suffix('.jsonl')}")
     for warning in warnings:
         print(f"warning: {warning}")
     return 0
+
+
+def _submit_only(args: argparse.Namespace) -> None:
+    from ..errors import UserError
+
+    given = [f for f, v in (("--submit", args.submit), ("--cluster", args.cluster), ("--time", args.time),
+                            ("--dry-run", args.dry_run)) if v]  # fmt: skip
+    if given:
+        with_what = "with --tasks --submit" if given[0] != "--submit" else "with --tasks (benchmarks)"
+        raise UserError(f"{given[0]}: only applies {with_what}; add it or drop {given[0]}")
+
+
+def _submit(args: argparse.Namespace, e: EvaluationConfig) -> int:
+    import os
+    import sys
+
+    from ..benchmarks.job import BenchmarkJob, plan_benchmark_job, submit_benchmark_job
+    from ..errors import UserError
+    from ..slurm.script import render_sbatch
+
+    bench = BenchmarkJob(_absolute(args.model), tuple(e.tasks), e.limit, e.batch_size, verify_mode(args))
+    if not os.path.isdir(bench.model):
+        raise UserError(f"MODEL: {args.model!r} is not a directory; give a saved model such as runs/<run>/model")
+    job, profile, directory = plan_benchmark_job(bench, args.cluster, args.time)
+    script = render_sbatch(job, profile, "MODEL")  # a value the script cannot hold fails before anything is written
+    if args.dry_run:
+        sys.stdout.write(script)
+        print(f"supertune: dry run: nothing written, nothing submitted (the script would be {directory.job_script})",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    from ..benchmarks import check_tasks
+    from ..checkpoints.model_files import check_saved_model
+
+    # A wrong task, missing data or a damaged model is refused here, not after a wait in the queue.
+    check_saved_model(bench.model, "MODEL", "size", tokenizer=False)
+    check_tasks(list(bench.tasks), "--tasks")
+    job_id = submit_benchmark_job(job, script, directory, profile.name)
+    print(job_id)
+    print(f"supertune: submitted job {job_id} on {profile.name}; log in {directory.logs}; the scores will be "
+          f"recorded in {directory.path.parent / 'benchmarks.md'}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _absolute(model: str) -> str:
+    from pathlib import Path
+
+    return str(Path(model).expanduser().absolute())
 
 
 _ANSWERS = {"assistant": "assistant turns' tokens", "completion": "completions' tokens"}

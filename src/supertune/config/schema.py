@@ -224,6 +224,10 @@ class TrainingConfig:
     """Metric sinks besides metrics.jsonl: any of "tensorboard", "wandb" (offline into <run dir>/wandb unless WANDB_MODE is set; `supertune sync` uploads), "mlflow"; [] for none."""
     mlflow_tracking_uri: str | None = None
     """MLflow tracking URI with report_to mlflow (http://host:5000, sqlite:///path/mlflow.db); empty: MLFLOW_TRACKING_URI, else a SQLite store in <run dir>/mlflow."""
+    tracking_project: str | None = None
+    """W&B project and MLflow experiment of the tracked run; empty: output.name (WANDB_PROJECT and MLFLOW_EXPERIMENT_NAME win when set). A federation sets its name for its sites' runs."""
+    tracking_group: str | None = None
+    """Tracked group of the run: W&B's run group, MLflow's tag supertune.group; the run is then named after output.name rather than its directory. A federation sets it for its sites' runs and its global series."""
     ddp_timeout: int = 1800
     """Seconds a collective may wait before the process group gives up."""
     init_optimizer_from: str | None = None

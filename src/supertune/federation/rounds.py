@@ -30,6 +30,7 @@ from .schema import FederationConfig, SiteConfig
 from .site_configs import keep_site_configs, site_config_file
 from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
+from .tracked import GlobalSeries, tracking_overrides
 
 __all__ = ["Executor", "RoundWork", "SiteWork", "run_rounds", "site_config_file"]
 
@@ -106,21 +107,30 @@ def run_rounds(
     identity = federation_id(root)
     mode = lora_sites(fed, [p.config for p in plans])
     start = initial_adapter(fed, plans[0].config, base, root) if mode == "adapters" else base
+    series = GlobalSeries.start(fed, plans, root, identity)
     for number in range(0, fed.rounds + 1):
         previous = start if number <= 1 else root.round(number - 1).global_model
         try:
-            work = _round_work(fed, plans, root, number, previous, base)
+            work = _round_work(fed, plans, root, number, previous, base, identity)
             work.federation_id = identity
-            if work.train or work.average or work.evaluate:
+            fresh = bool(work.train or work.average or work.evaluate)
+            if fresh:
                 executor.run_round(work)
             if number and fed.benchmarks and read_receipt(root.round(number).benchmarks) is None:
+                fresh = True
                 benchmark_round(fed, root.round(number))
         except UserError as exc:
             record_failure(everyone, root, number, str(exc))  # --status shows it
+            if series is not None:
+                series.close("failed")
             raise
         if number:
             write_table(everyone, root)
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
+            if series is not None and fresh:  # a resumed federation logged its finished rounds before
+                series.log_round(number)
+    if series is not None:
+        series.close("finished")
     if mode == "adapters" and not root.merged.is_dir() and merge_final_adapter(fed, base, root) is not None:
         log.info("the last global adapter merged into the base model: %s", root.merged)
 
@@ -151,8 +161,15 @@ def benchmark_round(fed: FederationConfig, rd: RoundDir) -> None:
 
 
 def _round_work(
-    fed: FederationConfig, plans: list[SitePlan], root: FederationDir, number: int, previous: Path, base: Path
+    fed: FederationConfig,
+    plans: list[SitePlan],
+    root: FederationDir,
+    number: int,
+    previous: Path,
+    base: Path,
+    identity: str = "",
 ) -> RoundWork:
+    """identity: the federation's id (ownership.federation_id), read when a site's round config needs it."""
     rd = root.round(number)
     work = RoundWork(number, previous, base if number == 0 else rd.global_model, rd.averaged)
     for plan in plans:
@@ -170,7 +187,8 @@ def _round_work(
                 try:
                     resolved = round_resolution(
                         site_config_file(root, plan.site.name),
-                        round_overrides(fed, plan, number, previous, kept),
+                        round_overrides(fed, plan, number, previous, kept)
+                        + tracking_overrides(fed, plan, root, identity),
                         files_here=not plan.site.login,
                     )
                 except UserError as exc:  # e.g. the site's data withdrawn since the federation started

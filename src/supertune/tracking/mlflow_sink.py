@@ -18,7 +18,7 @@ from ..checkpoints.manifest import MODEL_MANIFEST_FILE
 from ..config.schema import RunConfig
 from ..rundir import RunDir
 from .ids import TrackingIds
-from .params import numeric
+from .params import numeric, tracked_name
 
 __all__ = ["MlflowSink", "default_tracking_uri", "tracking_uri"]
 
@@ -72,8 +72,9 @@ class MlflowSink:
         client = MlflowClient(tracking_uri=uri)
         run_id = _existing_run(client, ids, uri)
         if run_id is None:
-            experiment_id = _experiment(client, os.environ.get("MLFLOW_EXPERIMENT_NAME") or cfg.output.name, run, local)
-            run_id = client.create_run(experiment_id, run_name=run.path.name, tags=tags).info.run_id
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or cfg.training.tracking_project or cfg.output.name
+            experiment_id = _experiment(client, name, run, local)
+            run_id = client.create_run(experiment_id, run_name=tracked_name(cfg, run), tags=tags).info.run_id
             ids.mlflow_run_id, ids.mlflow_tracking_uri = run_id, uri
             logged: dict[str, str] = {}
         else:

@@ -8,8 +8,12 @@ from typing import Any
 
 from ..config.schema import RunConfig
 from ..launch.environment import LaunchEnvironment
+from ..rundir import RunDir
 
-__all__ = ["flat_config", "launch_params", "numeric"]
+__all__ = ["SINKS", "flat_config", "launch_params", "numeric", "tracked_name"]
+
+SINKS = ("wandb", "mlflow")
+"""The tracking backends of training.report_to (besides tensorboard)."""
 
 
 def flat_config(cfg: RunConfig) -> dict[str, Any]:
@@ -38,6 +42,12 @@ def launch_params(cfg: RunConfig, env: LaunchEnvironment, devices: str) -> dict[
         "launched.cluster": cfg.launch.cluster,
         "launched.devices": devices,
     }
+
+
+def tracked_name(cfg: RunConfig, run: RunDir) -> str:
+    """The tracked run's name: its directory's, or in a group (a federation's site and round, whose
+    directories are all named `run`) its output.name."""
+    return cfg.output.name if cfg.training.tracking_group else run.path.name
 
 
 def numeric(record: dict[str, Any]) -> dict[str, float]:

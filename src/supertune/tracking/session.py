@@ -17,14 +17,11 @@ from ..errors import first_line
 from ..launch.environment import LaunchEnvironment, slurm_allocation
 from ..rundir import RunDir
 from .ids import read_ids, write_ids
-from .params import flat_config, launch_params, numeric
+from .params import SINKS, flat_config, launch_params, numeric
 
 __all__ = ["SINKS", "Tracking", "TrackingCallback"]
 
 log = logging.getLogger("supertune")
-
-SINKS = ("wandb", "mlflow")
-"""The tracking backends of training.report_to (besides tensorboard)."""
 
 
 def _sink_class(name: str) -> Any:
@@ -62,6 +59,8 @@ class Tracking:
         ids = read_ids(run.tracking)
         params = {**flat_config(cfg), **launch_params(cfg, env, devices)}
         tags = {"supertune.run_dir": str(run.path.absolute())}
+        if cfg.training.tracking_group:
+            tags["supertune.group"] = cfg.training.tracking_group
         allocation = slurm_allocation()
         if allocation is not None:
             tags["supertune.slurm_job_id"] = allocation.job_id  # a requeue keeps the id; another submission does not

@@ -9,13 +9,22 @@ from pathlib import Path
 from ..errors import UserError
 from ..rundir import RunDir
 
-__all__ = ["offline_wandb_runs", "sync_command"]
+__all__ = ["federation_runs", "offline_wandb_runs", "sync_command"]
 
 
 def offline_wandb_runs(run: RunDir) -> list[Path]:
     """The run's offline W&B folders, oldest first: one per start of the training (a requeued or
     resumed run has several, all of one W&B run id, which `wandb sync` uploads in this order)."""
     return sorted(p for p in run.wandb.glob("offline-run-*") if p.is_dir() and any(p.glob("run-*.wandb")))
+
+
+def federation_runs(path: Path) -> list[RunDir] | None:
+    """A federation directory's tracked runs with offline W&B folders: its global series (the
+    directory itself, first) and its sites' runs of every round; None when `path` is no federation."""
+    if not (path / "federation.yaml").is_file():
+        return None
+    sites = [RunDir(p) for p in sorted(path.glob("round-*/*/run")) if offline_wandb_runs(RunDir(p))]
+    return [RunDir(path), *sites]
 
 
 def sync_command(runs: list[RunDir], dry_run: bool = False) -> list[str]:
