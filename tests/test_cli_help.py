@@ -57,3 +57,17 @@ def test_config_keys_command_lists_keys(capsys):
     out = capsys.readouterr().out
     assert "training.learning_rate (float; default 0.002)" in out
     assert "data.template" in out
+
+
+def test_the_config_reference_in_the_docs_is_the_generated_one(capsys):
+    """docs/config.md is `supertune config keys --markdown`: a key added or changed in the schema
+    without regenerating it is caught here, not by a reader."""
+    from pathlib import Path
+
+    from supertune.cli.main import main
+
+    assert main(["config", "keys", "--markdown"]) == 0
+    reference = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+    assert capsys.readouterr().out == reference.read_text(encoding="utf-8"), (
+        "docs/config.md is out of date: run `supertune config keys --markdown > docs/config.md`"
+    )
