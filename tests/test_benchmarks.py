@@ -74,6 +74,15 @@ def test_eval_tasks_on_a_runs_model_appends_to_its_run(trained: Path) -> None:
     assert set(last["scores"]) == {"supertune_corpus_nouns"}
     assert f"{last['scores']['supertune_corpus_nouns']['acc']:.4f}" in proc.stdout
     assert f"scores recorded in {trained / 'benchmarks.md'}" in proc.stdout
+    # and into the run's tracked run (training.report_to=[mlflow]), at the run's last step
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{trained / 'mlflow' / 'mlflow.db'}")
+    run_id = json.loads((trained / "tracking.json").read_text())["mlflow_run_id"]
+    history = client.get_metric_history(run_id, "bench/supertune_corpus_nouns/acc")
+    logged = [(m.step, m.value) for m in sorted(history, key=lambda m: m.timestamp)]
+    # steps 60 and 120 from training (the group's subtask), then this evaluation's
+    assert len(logged) == 3 and logged[-1] == (120, last["scores"]["supertune_corpus_nouns"]["acc"]), logged
 
 
 def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_path: Path) -> None:
