@@ -86,8 +86,9 @@ def test_a_round_below_its_quorum_stops_saying_how_to_go_on_and_decides_nothing(
     assert str(stopped.value) == (
         "round 2: 1 of 3 sites finished training and the round needs aggregation.min_sites=2; "
         "b: local training stopped (exit code 2) (2 attempts); c: local training stopped (exit code 137) (2 attempts); "
-        f"run `supertune federate {tmp_path / 'fed'}` again to retry them (each resumes from its latest checkpoint), "
-        "or drop a site for good with --drop"
+        f"run `supertune federate {tmp_path / 'fed'}` again to go on (each unfinished site resumes from its latest "
+        f"checkpoint), or leave a site out of this round with `supertune federate {tmp_path / 'fed'} --skip-site NAME` "
+        "(for good: --drop NAME)"
     )
     assert not list((tmp_path / "fed").rglob("left_out.json")) and set(work.trained) == {"a", "b", "c"}
 
@@ -128,12 +129,12 @@ def test_a_site_that_fails_every_attempt_is_left_out_and_the_round_goes_on(tmp_p
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "site-b round 1: attempt 1 of 2 failed; trying again" in proc.stderr
     left = json.loads((fed_dir / "round-001" / "site-b" / "left_out.json").read_text())
-    assert left["attempts"] == 2 and left["reason"].startswith("local training stopped (exit code 2)")
+    assert left["attempts"] == 2 and left["reason"] == "failed: exit 2"
     averaged = json.loads((fed_dir / "round-001" / "averaged.json").read_text())
     assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": left["reason"]}
     assert not (fed_dir / "round-001" / "site-b" / "evaluated.json").exists()
     status = federate("--status", str(fed_dir)).stdout
-    assert "- site-b: left out of round 1 after 2 failed attempt(s), the round averaged without it (" in status
+    assert "- site-b: left out of round 1 (2 attempt(s)), the round averaged without it (" in status
     # the decision is kept: run again, nothing is retried or redone
     again = federate(str(fed_dir))
     assert again.returncode == 0 and "training here" not in again.stderr, again.stderr[-3000:]
