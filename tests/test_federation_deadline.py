@@ -50,6 +50,23 @@ def test_round_deadline_reads_durations_and_refuses_the_rest() -> None:
     ]
 
 
+def test_a_command_still_running_at_its_deadline_is_ended_with_its_children(tmp_path: Path) -> None:
+    """run_logged_until: a shell that started a child of its own (as torchrun starts workers) is ended
+    as a group when the deadline passes, the child too; one that finishes in time gives its exit code."""
+    from supertune.subprocesses import run_logged_until
+
+    marker = str(tmp_path / "still-here")
+    started = time.time()
+    code = run_logged_until(["sh", "-c", f'sh -c "sleep 300; : {marker}" & sleep 301'], tmp_path / "log", started + 1.5,
+                            grace=5)  # fmt: skip
+    assert code is None
+    time.sleep(0.3)
+    alive = [p for p in Path("/proc").glob("[0-9]*/cmdline") if marker in p.read_bytes().decode(errors="replace")]
+    assert not alive
+    assert run_logged_until(["sh", "-c", "echo done; exit 3"], tmp_path / "log", time.time() + 60) == 3
+    assert (tmp_path / "log").read_text() == "done\n"
+
+
 def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "supertune", "federate", *args],

@@ -182,3 +182,35 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
     work = _round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
     assert list(work.trained) == ["a", "c"] and work.average and not work.train and not work.evaluate
     assert work.left_out == {"d": "local training stopped (exit code 2)"}
+
+
+def test_skip_site_leaves_a_site_out_of_the_next_round_only_and_refuses_what_it_cannot(tmp_path: Path) -> None:
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.quorum import skip_sites
+    from supertune.federation.receipts import write_receipt
+
+    root = FederationDir(tmp_path)
+    sites = [SiteConfig(name="a"), SiteConfig(name="b"), SiteConfig(name="c", from_round=2)]
+    fed = FederationConfig(rounds=2, sites=sites, aggregation=AggregationConfig(min_sites=1))
+    write_receipt(root.round(1).averaged, {"round": 1, "global_model": "g", "weights": {}, "tokens": {}})
+    refusals = {
+        "d": "--skip-site: 'd' is not a site of this federation; its sites are a, b, c",
+        "b a c": "--skip-site: round 2 would keep 0 sites (none) and needs 1 (aggregation.min_sites); skip fewer sites",
+    }
+    for names, message in refusals.items():
+        with pytest.raises(UserError) as refused:
+            skip_sites(fed, root, names.split())
+        assert str(refused.value) == message
+    late = FederationConfig(rounds=2, sites=[SiteConfig(name="a"), SiteConfig(name="b", until_round=1)])
+    with pytest.raises(
+        UserError, match=r"^--skip-site: site b does not train in round 2 \(from_round/until_round\); nothing to skip$"
+    ):
+        skip_sites(late, root, ["b"])
+    with pytest.raises(UserError, match="not supported with executor: streamflow"):
+        skip_sites(FederationConfig(rounds=2, sites=sites, executor="streamflow"), root, ["b"])
+    assert not list(tmp_path.rglob("left_out.json"))  # nothing written by a refusal
+    skip_sites(fed, root, ["b", "b"])  # round 2, the first not averaged
+    receipt = json.loads((tmp_path / "round-002" / "b" / "left_out.json").read_text())
+    assert {k: receipt[k] for k in ("site", "round", "reason", "attempts")} == {
+        "site": "b", "round": 2, "reason": "skipped: --skip-site", "attempts": 0}  # fmt: skip
+    assert not (tmp_path / "round-001" / "b" / "left_out.json").exists()

@@ -5,6 +5,7 @@ fails is retried, then left out of a round averaged over the quorum."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -94,6 +95,14 @@ def test_a_slurm_site_that_fails_is_retried_then_left_out_and_the_quorum_average
     assert [a["outcome"] for a in attempts] == [reason] * 2 and attempts[0]["job"] != attempts[1]["job"]
     for a in attempts:  # Slurm's own times of each job: submitted, started, ended, on one node
         assert a["nodes"] == 1 and a["submit"] <= a["start"] < a["end"], a
+        # as the controller tells them now (no accounting database on the test cluster: scontrol keeps
+        # finished jobs MinJobAge=3600 s)
+        shown = subprocess.run(["scontrol", "--oneliner", "show", "job", a["job"]], env=slurm_client,
+                               capture_output=True, text=True).stdout  # fmt: skip
+        fields = dict(part.split("=", 1) for part in shown.split() if "=" in part)
+        assert fields["NumNodes"] == "1" and fields["JobState"] == "FAILED", shown
+        for key, name in (("submit", "SubmitTime"), ("start", "StartTime"), ("end", "EndTime")):
+            assert a[key] == datetime.datetime.fromisoformat(fields[name]).timestamp(), (key, shown)
     table = json.loads((fed_dir / "rounds.json").read_text())
     [row] = [r for r in table["rows"] if r["site"] == "there"]
     spent = sum(a["end"] - a["start"] for a in attempts) / 3600

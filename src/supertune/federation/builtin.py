@@ -107,12 +107,22 @@ class BuiltinExecutor:
 
         works = work.train
         until = round_until(RoundDir(work.averaged.parent, work.number), deadline_seconds(self.fed.round_deadline))
-        submitted = {w.name: self._submit_training(w) for w in works if w.site.where != "local"}
+        failed: dict[str, tuple[str, int]] = {}
+        submitted: dict[str, str | None] = {}
+        for w in works:
+            if w.site.where == "local":
+                continue
+            try:
+                submitted[w.name] = self._submit_training(w)
+            except FederationError as exc:  # its cluster unreachable (a VPN down, a login node gone)
+                if self._give_up(exc, until):
+                    raise
+                failed[w.name] = (exc.reason or "failed: submitting its job", 1)
+                log.warning("%s: %s", w.label, exc)
         jobs = {name: job_id for name, job_id in submitted.items() if job_id is not None}
         for w in works:
             if w.name in submitted and w.name not in jobs:
                 self._record(w)  # finished in an earlier attempt
-        failed: dict[str, tuple[str, int]] = {}
         for w in works:
             if w.site.where == "local":
                 outcome = self._train_here_with_retries(w, until)
@@ -211,7 +221,10 @@ class BuiltinExecutor:
         try:
             started = start_slurm(resolve(w.config, [f"launch.cluster={w.site.where}"]), str(w.run), if_queued="keep")
         except UserError as exc:
-            raise FederationError(f"{w.label}: submitting the training failed: {exc}") from None
+            said = str(exc).splitlines()[0][:300]
+            raise FederationError(
+                f"{w.label}: submitting the training failed: {exc}", reason=f"failed: submitting its job: {said}"
+            ) from None
         if started.kept:
             log.info("%s: job %s of this round is still in the queue; waiting for it", w.label, started.job_id)
         elif started.job_id is not None:
@@ -265,7 +278,13 @@ class BuiltinExecutor:
                     log.warning("%s: attempt %d of %d failed; trying again: %s", w.label, tries[name],
                                 1 + self.fed.site_retries, message)  # fmt: skip
                     tries[name] += 1
-                    resubmitted = self._submit_training(w)
+                    try:
+                        resubmitted = self._submit_training(w)
+                    except FederationError as exc:
+                        if self._give_up(exc, until):
+                            raise
+                        failed[name] = (exc.reason or "failed: submitting its job", tries[name])
+                        continue
                     if resubmitted is not None:
                         again[name] = resubmitted
                     continue
