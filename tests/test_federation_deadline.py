@@ -127,6 +127,9 @@ def test_a_site_that_fails_in_round_two_only_is_left_out_and_rejoins(failing: Pa
     assert all(r["node_hours"] > 0 and r["queue_s"] == 0 and r["attempts"] for r in rows.values())
     assert rows[1, "site-a"]["sent_bytes"] == rows[1, "site-a"]["received_bytes"] > 0
     assert table["totals"]["node_hours"] == pytest.approx(sum(r["node_hours"] for r in rows.values()))
+    row = rows[3, "site-a"]  # its loss under round 3's global model against round 2's, per node-hour
+    assert row["loss_change_per_node_hour"] == pytest.approx((row["global"] - row["local_before"]) / row["node_hours"])
+    assert row["loss_change_per_node_hour"] < 0
     markdown = (failing / "rounds.md").read_text()
     assert "| 2 | site-b | - |" in markdown and "left out: failed: killed by signal 9 |" in markdown
     assert "node-hours (nodes x wall time of every training attempt)" in markdown

@@ -40,10 +40,11 @@ class SiteLate(FederationError):
     """A site's training was still running at the round's deadline and was ended."""
 
 
-def deadline_seconds_of(fed: FederationConfig) -> float:
-    from .deadline import deadline_seconds
+def _deadline_text(fed: FederationConfig) -> str:
+    """The round's deadline as the reasons say it: 2h, 1h30m, 10s."""
+    from .deadline import deadline_seconds, duration_text
 
-    return deadline_seconds(fed.round_deadline) or 0.0
+    return duration_text(deadline_seconds(fed.round_deadline) or 0.0)
 
 
 def _job_exit(state) -> str:
@@ -54,16 +55,6 @@ def _job_exit(state) -> str:
     if code.isdigit() and int(code):
         return f"exit {code}"
     return f"job {state.state}"
-
-
-def _ended_now(state):
-    """The state of a job cancelled now: it ended now (scontrol's EndTime of a running job is its limit)."""
-    import dataclasses
-    import datetime
-
-    now = datetime.datetime.now().replace(microsecond=0).isoformat()
-    running = state.start_time and state.start_time not in ("Unknown", "None") and state.state != "PENDING"
-    return dataclasses.replace(state, end_time=now, start_time=state.start_time if running else "")
 
 
 class BuiltinExecutor:
@@ -143,13 +134,12 @@ class BuiltinExecutor:
         not passed), each attempt resuming the run from its latest checkpoint. None when it finished;
         (reason, attempts) when it failed every attempt or was late, for a quorum to go on without it;
         without a quorum and a deadline the last failure is raised."""
-        from .deadline import duration_text
 
         attempts = 1 + self.fed.site_retries
         reason = None
         for attempt in range(1, attempts + 1):
             if until is not None and time.time() >= until:
-                wait = duration_text(deadline_seconds_of(self.fed))
+                wait = _deadline_text(self.fed)
                 if reason is None:
                     reason = f"late: not started after {wait} (the sites on this machine train one after another)"
                     log.warning("%s: %s; left for the quorum", w.label, reason)
@@ -176,7 +166,6 @@ class BuiltinExecutor:
         from ..resolve import resolve
         from ..runs.local import train_logged
         from .cost import record_attempt
-        from .deadline import duration_text
 
         assert w.run is not None
         logfile = w.directory / "train.log"
@@ -190,7 +179,7 @@ class BuiltinExecutor:
             ended = time.time()
         code = outcome.exit_code
         result = (
-            f"late: running after {duration_text(deadline_seconds_of(self.fed))}"
+            f"late: running after {_deadline_text(self.fed)}"
             if outcome.late
             else "finished"
             if code == 0
@@ -240,7 +229,6 @@ class BuiltinExecutor:
         from ..runs.wait import wait_for_jobs
         from ..slurm.commands import cancel_job
         from .cost import record_attempt, slurm_attempt
-        from .deadline import duration_text
 
         named = {w.name: w for w in works}
         tries = dict.fromkeys(jobs, 1)
@@ -255,11 +243,11 @@ class BuiltinExecutor:
                 w, job_id = named[name], jobs[name]
                 if not state.finished:  # the deadline passed: the node-hours it would still take are not spent
                     cancel_job(job_id)
-                    wait = duration_text(deadline_seconds_of(self.fed))
+                    wait = _deadline_text(self.fed)
                     queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
                     reason = f"late: still queued after {wait}" if queued else f"late: running after {wait}"
                     log.warning("%s: %s; job %s cancelled", w.label, reason, job_id)
-                    record_attempt(w.directory / "cost.json", slurm_attempt(job_id, _ended_now(state), reason))
+                    record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason, cancelled=True))
                     failed[name] = (reason, tries[name])
                     continue
                 try:

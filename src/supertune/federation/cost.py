@@ -46,14 +46,19 @@ def site_cost(path: Path) -> dict[str, float | int | None]:
     return {"node_hours": node_seconds / 3600.0, "queue_s": queue, "attempts": len(attempts)}
 
 
-def slurm_attempt(job_id: str, state, outcome: str) -> dict[str, Any]:
-    """An attempt from what scontrol says of the job (a supertune.slurm.commands.JobState)."""
+def slurm_attempt(job_id: str, state, outcome: str, cancelled: bool = False) -> dict[str, Any]:
+    """An attempt from what scontrol says of the job (a supertune.slurm.commands.JobState); `cancelled`:
+    the job is being cancelled now, so it ends now (scontrol's EndTime of a running job is its time
+    limit, and a pending job's StartTime is only the scheduler's guess)."""
+    import time
+
+    started = state.state not in ("PENDING", "CONFIGURING", "REQUEUED") or not cancelled
     return {
         "job": job_id,
         "nodes": state.num_nodes or 1,
         "submit": _slurm_time(state.submit_time),
-        "start": _slurm_time(state.start_time),
-        "end": _slurm_time(state.end_time),
+        "start": _slurm_time(state.start_time) if started else None,
+        "end": float(int(time.time())) if cancelled else _slurm_time(state.end_time),
         "outcome": outcome,
     }
 
