@@ -269,3 +269,26 @@ def test_the_cost_plan_counts_the_model_and_measures_node_hours_from_the_rounds_
     planned = rows(measured)
     assert float(planned[3, "site-b"][2]) == pytest.approx(node_hours, abs=1e-4)
     assert planned[3, "site-b"][3] == planned[3, "site-b"][4] == f"{weights / 1e6:.2f}"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_no_longer_matches_its_manifest_is_refused_and_left_out(
+    failing: Path, tmp_path: Path
+) -> None:
+    """site-b's finished round-1 checkpoint changed on disk before its receipt was written: each attempt
+    finds the run finished, refuses the checkpoint, and the round is averaged without the site."""
+    copy = tmp_path / "fed"
+    copy_through_round_one_training(failing, copy, {"min_sites": 1})
+    (copy / "round-001" / "site-b" / "trained.json").unlink()
+    [weights] = (copy / "round-001" / "site-b" / "run" / "checkpoints").glob("checkpoint-*/model.safetensors")
+    with weights.open("r+b") as f:  # one byte of a tensor flipped: same size, another sha256
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    proc = _federate(str(copy))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = json.loads((copy / "round-001" / "site-b" / "left_out.json").read_text())
+    assert left["reason"].startswith("refused: ") and "does not match its manifest" in left["reason"], left
+    assert left["attempts"] == 2
+    assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
