@@ -86,8 +86,9 @@ def test_a_round_below_its_quorum_stops_saying_how_to_go_on_and_decides_nothing(
     assert str(stopped.value) == (
         "round 2: 1 of 3 sites finished training and the round needs aggregation.min_sites=2; "
         "b: local training stopped (exit code 2) (2 attempts); c: local training stopped (exit code 137) (2 attempts); "
-        f"run `supertune federate {tmp_path / 'fed'}` again to retry them (each resumes from its latest checkpoint), "
-        "or drop a site for good with --drop"
+        f"run `supertune federate {tmp_path / 'fed'}` again to go on (each unfinished site resumes from its latest "
+        f"checkpoint), or leave a site out of this round with `supertune federate {tmp_path / 'fed'} --skip-site NAME` "
+        "(for good: --drop NAME)"
     )
     assert not list((tmp_path / "fed").rglob("left_out.json")) and set(work.trained) == {"a", "b", "c"}
 
@@ -128,12 +129,12 @@ def test_a_site_that_fails_every_attempt_is_left_out_and_the_round_goes_on(tmp_p
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "site-b round 1: attempt 1 of 2 failed; trying again" in proc.stderr
     left = json.loads((fed_dir / "round-001" / "site-b" / "left_out.json").read_text())
-    assert left["attempts"] == 2 and left["reason"].startswith("local training stopped (exit code 2)")
+    assert left["attempts"] == 2 and left["reason"] == "failed: exit 2"
     averaged = json.loads((fed_dir / "round-001" / "averaged.json").read_text())
     assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": left["reason"]}
     assert not (fed_dir / "round-001" / "site-b" / "evaluated.json").exists()
     status = federate("--status", str(fed_dir)).stdout
-    assert "- site-b: left out of round 1 after 2 failed attempt(s), the round averaged without it (" in status
+    assert "- site-b: left out of round 1 (2 attempt(s)), the round averaged without it (" in status
     # the decision is kept: run again, nothing is retried or redone
     again = federate(str(fed_dir))
     assert again.returncode == 0 and "training here" not in again.stderr, again.stderr[-3000:]
@@ -181,3 +182,35 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
     work = _round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
     assert list(work.trained) == ["a", "c"] and work.average and not work.train and not work.evaluate
     assert work.left_out == {"d": "local training stopped (exit code 2)"}
+
+
+def test_skip_site_leaves_a_site_out_of_the_next_round_only_and_refuses_what_it_cannot(tmp_path: Path) -> None:
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.quorum import skip_sites
+    from supertune.federation.receipts import write_receipt
+
+    root = FederationDir(tmp_path)
+    sites = [SiteConfig(name="a"), SiteConfig(name="b"), SiteConfig(name="c", from_round=2)]
+    fed = FederationConfig(rounds=2, sites=sites, aggregation=AggregationConfig(min_sites=1))
+    write_receipt(root.round(1).averaged, {"round": 1, "global_model": "g", "weights": {}, "tokens": {}})
+    refusals = {
+        "d": "--skip-site: 'd' is not a site of this federation; its sites are a, b, c",
+        "b a c": "--skip-site: round 2 would keep 0 sites (none) and needs 1 (aggregation.min_sites); skip fewer sites",
+    }
+    for names, message in refusals.items():
+        with pytest.raises(UserError) as refused:
+            skip_sites(fed, root, names.split())
+        assert str(refused.value) == message
+    late = FederationConfig(rounds=2, sites=[SiteConfig(name="a"), SiteConfig(name="b", until_round=1)])
+    with pytest.raises(
+        UserError, match=r"^--skip-site: site b does not train in round 2 \(from_round/until_round\); nothing to skip$"
+    ):
+        skip_sites(late, root, ["b"])
+    with pytest.raises(UserError, match="not supported with executor: streamflow"):
+        skip_sites(FederationConfig(rounds=2, sites=sites, executor="streamflow"), root, ["b"])
+    assert not list(tmp_path.rglob("left_out.json"))  # nothing written by a refusal
+    skip_sites(fed, root, ["b", "b"])  # round 2, the first not averaged
+    receipt = json.loads((tmp_path / "round-002" / "b" / "left_out.json").read_text())
+    assert {k: receipt[k] for k in ("site", "round", "reason", "attempts")} == {
+        "site": "b", "round": 2, "reason": "skipped: --skip-site", "attempts": 0}  # fmt: skip
+    assert not (tmp_path / "round-001" / "b" / "left_out.json").exists()

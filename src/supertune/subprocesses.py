@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Captured", "run_captured", "run_foreground", "run_logged", "run_group_logged", "end_group"]
+__all__ = [
+    "Captured",
+    "run_captured",
+    "run_foreground",
+    "run_logged",
+    "run_logged_until",
+    "run_group_logged",
+    "end_group",
+]
 
 
 def run_foreground(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
@@ -53,6 +61,36 @@ def run_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None
             return proc.wait()
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)
+            return proc.wait()
+
+
+def run_logged_until(
+    argv: Sequence[str], logfile: Path, until: float, env: Mapping[str, str] | None = None, grace: float = 30.0
+) -> int | None:
+    """`run_logged` with a deadline (`until`, unix time): the command runs in a process group of its own
+    and, if it is still running when the deadline passes, the whole group (torchrun and its workers)
+    gets SIGTERM and, `grace` seconds later, SIGKILL; then None instead of an exit code. A training
+    worker answers SIGTERM by stopping at its next step, so the grace is usually a step's time."""
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    with logfile.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=max(0.0, min(until - time.time(), 5.0)))
+                except subprocess.TimeoutExpired:
+                    if time.time() >= until:
+                        _end_group(proc.pid, grace)
+                        proc.wait()
+                        return None
+        except KeyboardInterrupt:
+            _signal_group(proc.pid, signal.SIGINT)  # its own session: Ctrl-C does not reach it by itself
             return proc.wait()
 
 

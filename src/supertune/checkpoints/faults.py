@@ -16,17 +16,21 @@ not yet renamed into place).
 
 With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
 just before), so that processes restarted by torchrun with the same environment run through.
+With `SUPERTUNE_FAULT_IN=<text>` it happens only in a process whose command line holds <text> (a
+training worker's names its run directory: `round-002/site-b` kills one site's round of a federation).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
-__all__ = ["ENV", "ONCE_ENV", "fault_point"]
+__all__ = ["ENV", "ONCE_ENV", "IN_ENV", "fault_point"]
 
 ENV = "SUPERTUNE_FAULT"
 ONCE_ENV = "SUPERTUNE_FAULT_ONCE"
+IN_ENV = "SUPERTUNE_FAULT_IN"
 
 
 def fault_point(name: str, step: int, rank: int) -> None:
@@ -36,6 +40,9 @@ def fault_point(name: str, step: int, rank: int) -> None:
     point, _, where = spec.partition("@")
     at_step, _, at_rank = where.partition(":")
     if point == name and at_step == str(step) and (at_rank or "0") == str(rank):
+        where = os.environ.get(IN_ENV)
+        if where and where not in " ".join(sys.argv):
+            return
         once = os.environ.get(ONCE_ENV)
         if once:
             try:

@@ -22,6 +22,8 @@ def epilog() -> str:
         "  supertune federate runs/llama-2sites                 # resume it\n"
         "  supertune federate --status runs/llama-2sites        # the per-round table, dropped sites, failures\n"
         "  supertune federate runs/llama-2sites --drop karolina # go on without a site that cannot (its rounds stay in the table)\n"
+        "  supertune federate runs/llama-2sites --skip-site lumi  # leave a site out of the next round only\n"
+        "  supertune federate federation.yaml --plan            # expected node-hours and bytes of the rounds left\n"
         "\n"
         "The federation config and its keys: docs/federated.md.\n"
     )
@@ -45,11 +47,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check every site's config and print the plan and each Slurm site's job script; write and start nothing",
     )
     p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the expected node-hours and bytes of every round still to run, per site, from the config and the rounds run; run nothing",
+    )
+    p.add_argument(
         "--drop",
         metavar="SITE",
         action="append",
         default=[],
         help="drop SITE from the first round not yet averaged on, then go on (repeat for several); its earlier rounds stay in the table",
+    )
+    p.add_argument(
+        "--skip-site",
+        metavar="SITE",
+        action="append",
+        default=[],
+        help="leave SITE out of the next round (the first not yet averaged) only, recorded in its receipts, then go on (repeat for several)",
     )
 
 
@@ -57,25 +71,32 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
 
     if args.status:
-        if args.federation or args.dir or args.drop:
+        if args.federation or args.dir or args.drop or args.skip_site:
             raise UserError("--status DIR takes no other arguments; e.g. supertune federate --status runs/llama-2sites")
         from ..federation import federation_status
 
         print(federation_status(args.status), end="")
         return 0
-    if args.dry_run:
-        if args.drop:
-            raise UserError("--dry-run and --drop: a dry run changes nothing; leave out --drop to see the plan")
-        from ..federation import federation_plan
+    if args.plan or args.dry_run:
+        if args.plan and args.dry_run:
+            raise UserError(
+                "--plan and --dry-run: give one of them (--plan: the cost; --dry-run: the plan and job scripts)"
+            )
+        if args.drop or args.skip_site:
+            option = "--drop" if args.drop else "--skip-site"
+            which = "--plan" if args.plan else "--dry-run"
+            raise UserError(f"{which} and {option}: {which} changes nothing; leave out {option} to see the plan")
+        from ..federation import federation_cost_plan, federation_plan
 
-        sys.stdout.write(federation_plan(args.federation, args.dir))
+        show = federation_cost_plan if args.plan else federation_plan
+        sys.stdout.write(show(args.federation, args.dir))
         return 0
     from ..federation import federate
     from ..train.logging_setup import setup_logging
 
     setup_logging()
 
-    root = federate(args.federation, args.dir, args.drop)
+    root = federate(args.federation, args.dir, args.drop, args.skip_site)
     print((root.table_markdown).read_text(encoding="utf-8"), end="")
     print(f"supertune: federation finished: {root.path} (table {root.table_markdown.name}, plot {root.plot.name})")
     return 0

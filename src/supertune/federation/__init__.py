@@ -8,7 +8,7 @@ data. Rounds resume at their first unfinished phase. Sites run as local processe
 
 from .layout import FederationDir
 from .load import load_federation
-from .run import federate, federation_plan, federation_status
+from .run import federate, federation_cost_plan, federation_plan, federation_status
 from .schema import AggregationConfig, FederationConfig, SiteConfig, StreamFlowConfig
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "SiteConfig",
     "StreamFlowConfig",
     "federate",
+    "federation_cost_plan",
     "federation_plan",
     "federation_status",
     "load_federation",

@@ -10,10 +10,12 @@ A site's training resumes by itself when run again: its run directory is an ordi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
+from .layout import RoundDir
 from .log_tail import log_tail
 from .phases import average_round, trained_record
 from .receipts import checked_checkpoint, read_receipt, write_receipt
@@ -26,7 +28,33 @@ log = logging.getLogger("supertune")
 
 
 class FederationError(UserError):
-    """A site's work failed; the message names the site, the round and where its log is."""
+    """A site's work failed; the message names the site, the round and where its log is; `reason` is
+    the short form the round table shows (failed: exit 1, refused: ..., late: ...)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class SiteLate(FederationError):
+    """A site's training was still running at the round's deadline and was ended."""
+
+
+def _deadline_text(fed: FederationConfig) -> str:
+    """The round's deadline as the reasons say it: 2h, 1h30m, 10s."""
+    from .deadline import deadline_seconds, duration_text
+
+    return duration_text(deadline_seconds(fed.round_deadline) or 0.0)
+
+
+def _job_exit(state) -> str:
+    """`exit 1`, `killed by signal 9`, or the job's state: what a failed SLURM job's reason says."""
+    code, _, sig = (state.exit_code or "").partition(":")
+    if sig.isdigit() and int(sig):
+        return f"killed by signal {sig} (job {state.state})"
+    if code.isdigit() and int(code):
+        return f"exit {code}"
+    return f"job {state.state}"
 
 
 class BuiltinExecutor:
@@ -62,59 +90,114 @@ class BuiltinExecutor:
     # -- training ---------------------------------------------------------------------------------
 
     def _train(self, work: RoundWork) -> None:
+        """Every site's training of the round: SLURM sites submitted first, local sites trained one after
+        another meanwhile, then the SLURM jobs waited for. A site that fails is run again (site_retries)
+        while the round's deadline allows; one still unfinished at the deadline is ended (its local
+        processes, its SLURM job cancelled). Those that failed or were late are left out (quorum.py)."""
+        from .deadline import deadline_seconds, round_until
+
         works = work.train
-        submitted = {w.name: self._submit_training(w) for w in works if w.site.where != "local"}
+        until = round_until(RoundDir(work.averaged.parent, work.number), deadline_seconds(self.fed.round_deadline))
+        failed: dict[str, tuple[str, int]] = {}
+        submitted: dict[str, str | None] = {}
+        for w in works:
+            if w.site.where == "local":
+                continue
+            try:
+                submitted[w.name] = self._submit_training(w)
+            except FederationError as exc:  # its cluster unreachable (a VPN down, a login node gone)
+                if self._give_up(exc, until):
+                    raise
+                failed[w.name] = (exc.reason or "failed: submitting its job", 1)
+                log.warning("%s: %s", w.label, exc)
         jobs = {name: job_id for name, job_id in submitted.items() if job_id is not None}
         for w in works:
             if w.name in submitted and w.name not in jobs:
                 self._record(w)  # finished in an earlier attempt
-        failed: dict[str, tuple[str, int]] = {}
         for w in works:
             if w.site.where == "local":
-                outcome = self._train_here_with_retries(w)
+                outcome = self._train_here_with_retries(w, until)
                 if outcome is not None:
                     failed[w.name] = outcome
-        self._wait(works, jobs, "training", self._record)
+        failed.update(self._wait_for_training(works, jobs, until))
         if failed:
             from .quorum import leave_out_failed_sites
 
-            leave_out_failed_sites(self.fed, work, failed)
+            leave_out_failed_sites(self.fed, work, failed, deadline=self.fed.round_deadline if until else None)
 
-    def _train_here_with_retries(self, w: SiteWork) -> tuple[str, int] | None:
-        """Train and record a local site, again after a failure (site_retries times), each attempt
-        resuming the run from its latest checkpoint. None when it finished; (reason, attempts) when every
-        attempt failed and a quorum may go on without it; without a quorum the last failure is raised."""
+    def _give_up(self, exc: FederationError, until: float | None) -> bool:
+        """Whether a site's last failure stops the federation at once: no quorum and no deadline to decide by."""
+        return self.fed.aggregation.min_sites is None and until is None and not isinstance(exc, SiteLate)
+
+    def _train_here_with_retries(self, w: SiteWork, until: float | None) -> tuple[str, int] | None:
+        """Train and record a local site, again after a failure (site_retries times, while the deadline has
+        not passed), each attempt resuming the run from its latest checkpoint. None when it finished;
+        (reason, attempts) when it failed every attempt or was late, for a quorum to go on without it;
+        without a quorum and a deadline the last failure is raised."""
+
         attempts = 1 + self.fed.site_retries
+        reason = None
         for attempt in range(1, attempts + 1):
+            if until is not None and time.time() >= until:
+                wait = _deadline_text(self.fed)
+                if reason is None:
+                    reason = f"late: not started after {wait} (the sites on this machine train one after another)"
+                    log.warning("%s: %s; left for the quorum", w.label, reason)
+                return reason, attempt - 1
             try:
-                self._train_here(w)
+                self._train_here(w, until)
                 self._record(w)
                 return None
             except FederationError as exc:
+                reason = exc.reason or str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                if isinstance(exc, SiteLate):
+                    log.warning("%s: %s; its processes were ended", w.label, reason)
+                    return reason, attempt
                 if attempt < attempts:
                     log.warning("%s: attempt %d of %d failed; trying again: %s", w.label, attempt, attempts, exc)
                     continue
-                if self.fed.aggregation.min_sites is None:
+                if self._give_up(exc, until):
                     raise
                 log.warning("%s: attempt %d of %d failed: %s", w.label, attempt, attempts, exc)
-                return str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300], attempts
+                return reason, attempts
         return None
 
-    def _train_here(self, w: SiteWork) -> None:
+    def _train_here(self, w: SiteWork, until: float | None = None) -> None:
         from ..resolve import resolve
         from ..runs.local import train_logged
+        from .cost import record_attempt
 
         assert w.run is not None
         logfile = w.directory / "train.log"
         log.info("%s: training here (log %s)", w.label, logfile)
+        started = time.time()
         try:
-            outcome = train_logged(resolve(w.config, []), w.run, logfile)
+            outcome = train_logged(resolve(w.config, []), w.run, logfile, until=until)
         except UserError as exc:
-            raise FederationError(f"{w.label}: {exc}") from None
-        if outcome.exit_code != 0:
+            raise FederationError(f"{w.label}: {exc}", reason=f"failed: {str(exc).splitlines()[0][:300]}") from None
+        finally:
+            ended = time.time()
+        code = outcome.exit_code
+        result = (
+            f"late: running after {_deadline_text(self.fed)}"
+            if outcome.late
+            else "finished"
+            if code == 0
+            else f"failed: killed by signal {-code}"
+            if code < 0
+            else f"failed: exit {code}"
+        )
+        record_attempt(
+            w.directory / "cost.json",
+            {"job": None, "nodes": 1, "submit": started, "start": started, "end": ended, "outcome": result},
+        )
+        if outcome.late:
+            raise SiteLate(f"{w.label}: {result}; its processes were ended", reason=result)
+        if code != 0:
             raise FederationError(
-                f"{w.label}: local training stopped (exit code {outcome.exit_code}){log_tail(logfile)}; the run in {w.run} resumes "
-                "from its latest checkpoint when the federation is run again"
+                f"{w.label}: local training stopped (exit code {code}){log_tail(logfile)}; the run in {w.run} resumes "
+                "from its latest checkpoint when the federation is run again",
+                reason=result,
             )
 
     def _submit_training(self, w: SiteWork) -> str | None:
@@ -127,12 +210,78 @@ class BuiltinExecutor:
         try:
             started = start_slurm(resolve(w.config, [f"launch.cluster={w.site.where}"]), str(w.run), if_queued="keep")
         except UserError as exc:
-            raise FederationError(f"{w.label}: submitting the training failed: {exc}") from None
+            said = str(exc).splitlines()[0][:300]
+            raise FederationError(
+                f"{w.label}: submitting the training failed: {exc}", reason=f"failed: submitting its job: {said}"
+            ) from None
         if started.kept:
             log.info("%s: job %s of this round is still in the queue; waiting for it", w.label, started.job_id)
         elif started.job_id is not None:
             log.info("%s: submitted training job %s to %s", w.label, started.job_id, w.site.where)
         return started.job_id
+
+    def _wait_for_training(
+        self, works: list[SiteWork], jobs: dict[str, str], until: float | None
+    ) -> dict[str, tuple[str, int]]:
+        """Wait for the SLURM sites' training jobs: a job that ended without a finished run is submitted
+        again (site_retries, while the deadline has not passed); at the deadline the jobs still queued or
+        running are cancelled. Returns the sites that failed or were late: (reason, attempts)."""
+        from ..runs.wait import wait_for_jobs
+        from ..slurm.commands import cancel_job
+        from .cost import record_attempt, slurm_attempt
+
+        named = {w.name: w for w in works}
+        tries = dict.fromkeys(jobs, 1)
+        failed: dict[str, tuple[str, int]] = {}
+
+        def changed(name: str, state) -> None:
+            log.info("%s: training job %s %s", named[name].label, jobs[name], state.state)
+
+        while jobs:
+            again: dict[str, str] = {}
+            for name, state in wait_for_jobs(jobs, self.fed.poll_seconds, changed, until=until):
+                w, job_id = named[name], jobs[name]
+                if not state.finished:  # the deadline passed: the node-hours it would still take are not spent
+                    cancel_job(job_id)
+                    wait = _deadline_text(self.fed)
+                    queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
+                    reason = f"late: still queued after {wait}" if queued else f"late: running after {wait}"
+                    log.warning("%s: %s; job %s cancelled", w.label, reason, job_id)
+                    record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason, cancelled=True))
+                    failed[name] = (reason, tries[name])
+                    continue
+                try:
+                    done = self._record(w)
+                    reason = "finished" if done else f"failed: {_job_exit(state)}"
+                except FederationError as exc:
+                    done, reason = False, exc.reason or "refused"
+                record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason))
+                if done:
+                    continue
+                message = (
+                    f"{w.label}: training job {job_id} ended {state.state} without finishing ({reason}); "
+                    f"see {w.run / 'logs' if w.run else w.directory}; run the federation again to resubmit it"
+                )
+                if tries[name] <= self.fed.site_retries and (until is None or time.time() < until):
+                    log.warning("%s: attempt %d of %d failed; trying again: %s", w.label, tries[name],
+                                1 + self.fed.site_retries, message)  # fmt: skip
+                    tries[name] += 1
+                    try:
+                        resubmitted = self._submit_training(w)
+                    except FederationError as exc:
+                        if self._give_up(exc, until):
+                            raise
+                        failed[name] = (exc.reason or "failed: submitting its job", tries[name])
+                        continue
+                    if resubmitted is not None:
+                        again[name] = resubmitted
+                    continue
+                if self.fed.aggregation.min_sites is None and until is None:
+                    raise FederationError(message, reason=reason)
+                log.warning("%s: attempt %d failed: %s", w.label, tries[name], message)
+                failed[name] = (reason, tries[name])
+            jobs = again
+        return failed
 
     @staticmethod
     def _record(w: SiteWork) -> bool:
@@ -144,8 +293,9 @@ class BuiltinExecutor:
             return False
         try:
             write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
-        except UserError as exc:
-            raise FederationError(str(exc)) from None
+        except UserError as exc:  # its checkpoint does not match its manifest: not averaged
+            said = str(exc).removeprefix(f"{w.label}: ")
+            raise FederationError(str(exc), reason=f"refused: {said.splitlines()[0][:300]}") from None
         return True
 
     # -- evaluation -------------------------------------------------------------------------------

@@ -11,7 +11,9 @@
       round-NNN/<site>/site.yaml        the site's resolved run config for this round
       round-NNN/<site>/run/             the site's supertune run of this round (resumable)
       round-NNN/<site>/trained.json     receipt: local training finished and verified
-      round-NNN/<site>/left_out.json    receipt: the site failed every attempt; the round was averaged without it
+      round-NNN/<site>/left_out.json    receipt: the site failed every attempt, was late or skipped; the round was averaged without it
+      round-NNN/<site>/cost.json        every attempt of the site's training: job, nodes, submit, start and end times
+      round-NNN/started.json            receipt: when the round's training started (round_deadline counts from it)
       round-NNN/global/                 the averaged model (supertune average's output; LoRA adapters: the global adapter)
       merged/                    LoRA sites, aggregation.lora: adapters: the last global adapter merged into the base
       round-NNN/averaged.json           receipt: the average is published
@@ -90,6 +92,11 @@ class RoundDir:
         """Receipt: the scores of the federation's benchmarks on this round's global model."""
         return self.path / "benchmarks.json"
 
+    @property
+    def started(self) -> Path:
+        """Receipt: when the round's training first started; its deadline counts from it (deadline.py)."""
+        return self.path / "started.json"
+
     def site(self, name: str) -> SiteRoundDir:
         return SiteRoundDir(self.path / name)
 
@@ -116,5 +123,11 @@ class SiteRoundDir:
 
     @property
     def left_out(self) -> Path:
-        """Receipt: the site failed every attempt and the round was averaged without it (its reason, its attempts)."""
+        """Receipt: the site failed every attempt, was late or was skipped, and the round was averaged
+        without it (its reason, its attempts)."""
         return self.path / "left_out.json"
+
+    @property
+    def cost(self) -> Path:
+        """Every attempt of the site's training this round: job, nodes, submit, start, end (cost.py)."""
+        return self.path / "cost.json"

@@ -182,6 +182,11 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"site_retries: must be 0 or more, got {fed.site_retries}")
     if a.min_sites is not None and a.min_sites < 1:
         p.append(f"aggregation.min_sites: must be at least 1 (or empty: every site of the round), got {a.min_sites}")
+    from .deadline import deadline_problem
+
+    late = deadline_problem(fed.round_deadline)
+    if late:
+        p.append(late)
     for i, site in enumerate(fed.sites):
         where = f"sites[{i}]" + (f" ({site.name})" if site.name else "")
         if not 1 <= site.from_round <= max(fed.rounds, 1):
@@ -205,17 +210,15 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
             break
     uses = [
         k
-        for k, on in (("aggregation.min_sites", a.min_sites is not None), ("site_retries", fed.site_retries > 0))
+        for k, on in (
+            ("aggregation.min_sites", a.min_sites is not None),
+            ("site_retries", fed.site_retries > 0),
+            ("round_deadline", bool(fed.round_deadline)),
+        )
         if on
     ]
     if uses and fed.executor == "streamflow":
         p.append(f"{uses[0]}: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
-    elif uses:
-        remote = [f"sites[{i}] ({s.name}) where: {s.where}" for i, s in enumerate(fed.sites) if s.where != "local"]
-        if remote:
-            p.append(
-                f"{uses[0]}: applies to local sites only for now, and {remote[0]} is on SLURM; leave it out, or run that site locally"
-            )
     return p
 
 

@@ -11,7 +11,7 @@ from .layout import FederationDir
 from .load import federation_text, load_federation
 from .schema import FederationConfig
 
-__all__ = ["federate", "federation_plan", "federation_status", "federation_dir"]
+__all__ = ["federate", "federation_plan", "federation_cost_plan", "federation_status", "federation_dir"]
 
 log = logging.getLogger("supertune")
 
@@ -27,8 +27,11 @@ def federation_dir(fed: FederationConfig, resumed: Path | None, explicit: str | 
     return FederationDir(Path(explicit or Path("runs") / fed.name).expanduser().absolute())
 
 
-def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None = None) -> FederationDir:
-    """Run (or resume) the federation in `path`, first dropping the sites in `drop`; returns its directory."""
+def federate(
+    path: str | None, explicit_dir: str | None, drop: list[str] | None = None, skip: list[str] | None = None
+) -> FederationDir:
+    """Run (or resume) the federation in `path`, first dropping the sites in `drop` and leaving those in
+    `skip` out of the next round; returns its directory."""
     from .history import active_federation, drop_sites, first_unfinished_round, record_failure
     from .rounds import run_rounds
     from .sites import resolve_sites
@@ -40,9 +43,10 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         if root.config.read_text(encoding="utf-8") != text and not _same_settings(text, root):
             raise UserError(_other_settings(fed, root))
         log.info("resuming the federation in %s", root.path)
-    elif drop:
+    elif drop or skip:
+        option = "--drop" if drop else "--skip-site"
         raise UserError(
-            f"--drop: {root.path} holds no federation yet; leave the site out of the federation YAML instead"
+            f"{option}: {root.path} holds no federation yet; leave the site out of the federation YAML instead"
         )
     else:
         # A directory of anything but this federation is refused here, before a site's config is read.
@@ -50,6 +54,10 @@ def federate(path: str | None, explicit_dir: str | None, drop: list[str] | None 
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
     if drop:
         drop_sites(fed, root, drop)
+    if skip:
+        from .quorum import skip_sites
+
+        skip_sites(fed, root, skip)
     active = active_federation(fed, root)  # without the dropped sites: the rounds still to run
     try:
         plans = resolve_sites(active)  # every site's config checked before anything is written
@@ -124,6 +132,20 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
         for file, text in dry_run_documents(fed, plans, root).items():
             scripts.append(f"# ---- StreamFlow: {file}, as round 1 writes it\n{text}")
     return "\n".join(lines + scripts) + "\n"
+
+
+def federation_cost_plan(path: str | None, explicit_dir: str | None) -> str:
+    """The expected node-hours and bytes of the rounds still to run (cost_plan.py); writes nothing."""
+    from .cost_plan import cost_plan_text
+    from .history import active_federation
+    from .sites import resolve_sites
+
+    fed, resumed = load_federation(path)
+    root = federation_dir(fed, resumed, explicit_dir)
+    if not root.config.is_file():
+        check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
+    active = active_federation(fed, root) if root.config.is_file() else fed
+    return cost_plan_text(active, resolve_sites(active), root)
 
 
 def _dir_option(fed: FederationConfig, explicit_dir: str | None) -> str:

@@ -28,7 +28,7 @@ class AggregationConfig:
     server_beta2: float = 0.99
     """fedadam, fedyogi: decay of the second moment, in [0, 1)."""
     min_sites: int | None = None
-    """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation. Local sites only, for now."""
+    """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation."""
     server_tau: float = 0.001
     """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
     lora: Literal["adapters", "merged"] = "adapters"
@@ -100,7 +100,9 @@ class FederationConfig:
     executor: Literal["builtin", "streamflow"] = "builtin"
     """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round."""
     site_retries: int = 0
-    """Times a local site's failed training (non-zero exit, a checkpoint that does not match its manifest) is run again in the same round, resuming from its latest checkpoint, before the site counts as failed."""
+    """Times a site's failed training (non-zero exit, a checkpoint that does not match its manifest) is run again in the same round (within round_deadline), resuming from its latest checkpoint, before the site counts as failed."""
+    round_deadline: str | None = None
+    """Wall clock a round may take from its start, queue time included: 2h, 90m, 1h30m or seconds; then the round is averaged over the sites that finished (at least aggregation.min_sites), late sites' jobs are cancelled and they rejoin next round; empty: none."""
     poll_seconds: float = 5.0
     """Seconds between looks at a site's SLURM job while waiting for it."""
     streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)

@@ -1,10 +1,12 @@
 """The per-round table of a federation, read from its receipts only: markdown for people, JSON for
-scripts, and a PNG of each site's loss by round (under the global model, and after local training).
+scripts, and a PNG of each site's loss by round (under the global model, and after local training)
+and against the node-hours the federation has spent.
 
 Columns: the site's tokens this round and the loss targets among them (the tokens it trained on:
 data.loss_on's, less one a sequence), its local eval loss before training (the previous global
 model on its data), after its local training, and under the new global model; seconds of training,
-averaging and evaluation.
+averaging and evaluation; the cost (node-hours, queue wait, bytes sent and received); why a site was
+left out of the round (failed, late, refused, skipped).
 """
 
 from __future__ import annotations
@@ -20,33 +22,64 @@ __all__ = ["table_rows", "table_markdown", "write_table"]
 
 
 def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any]]:
-    """One row per round and site that has a receipt; missing values are None."""
+    """One row per round and site that trained or was left out of the round (failed, late, skipped:
+    `left_out` holds the reason); missing values are None. Cost: the node-hours and queue wait of every
+    attempt of the site's training (cost.py), the bytes it sent up and received."""
+    from .cost import site_cost
+
     rows = []
     for number in range(1, fed.rounds + 1):
         rd, before = root.round(number), root.round(number - 1)
         averaged = read_receipt(rd.averaged) or {}
         for site in fed.sites:
-            trained = read_receipt(rd.site(site.name).trained)
-            if trained is None:
+            sd = rd.site(site.name)
+            trained = read_receipt(sd.trained)
+            left = read_receipt(sd.left_out)
+            if trained is None and left is None:
                 continue
+            trained = trained if left is None else None  # left out: its training, if any, was not averaged
             previous = read_receipt(before.site(site.name).evaluated) or {}
-            evaluated = read_receipt(rd.site(site.name).evaluated) or {}
+            evaluated = read_receipt(sd.evaluated) or {}
+            cost = site_cost(sd.cost)
             rows.append({
                 "round": number,
                 "site": site.name,
-                "tokens": trained["tokens"],
-                "loss_tokens": trained.get("loss_tokens"),
+                "tokens": trained["tokens"] if trained else None,
+                "loss_tokens": trained.get("loss_tokens") if trained else None,
                 "weight": (averaged.get("weights") or {}).get(site.name),
                 "local_before": previous.get("eval_loss"),
-                "local_after": trained["eval_loss"],
+                "local_after": trained["eval_loss"] if trained else None,
                 "global": evaluated.get("eval_loss"),
-                "train_s": trained["seconds"],
+                "train_s": trained["seconds"] if trained else None,
                 "average_s": averaged.get("seconds"),
                 "evaluate_s": evaluated.get("seconds"),
                 "sent_bytes": (averaged.get("sent_bytes") or {}).get(site.name),
-                "received_bytes": averaged.get("received_bytes"),
+                "received_bytes": averaged.get("received_bytes") if trained else None,
+                "node_hours": cost["node_hours"],
+                "queue_s": cost["queue_s"],
+                "attempts": cost["attempts"],
+                "loss_change_per_node_hour": _per_node_hour(previous.get("eval_loss"), evaluated.get("eval_loss"),
+                                                            cost["node_hours"]),
+                "left_out": left.get("reason") if left else None,
             })  # fmt: skip
     return rows
+
+
+def _per_node_hour(before: float | None, after: float | None, node_hours: float | None) -> float | None:
+    """The change of the site's eval loss under the global model this round, per node-hour it spent."""
+    if before is None or after is None or not node_hours:
+        return None
+    return (after - before) / node_hours
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The federation's cost so far: node-hours, queue wait, bytes sent and received."""
+    return {
+        "node_hours": sum(r["node_hours"] or 0.0 for r in rows),
+        "queue_s": sum(r["queue_s"] or 0.0 for r in rows),
+        "sent_bytes": sum(r["sent_bytes"] or 0 for r in rows),
+        "received_bytes": sum(r["received_bytes"] or 0 for r in rows),
+    }
 
 
 def base_losses(fed: FederationConfig, root: FederationDir) -> dict[str, float | None]:
@@ -65,14 +98,25 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         "",
         "base model: " + ", ".join(f"{name} {_num(loss)}" for name, loss in base.items()),
         "",
-        "| round | site | tokens | loss tokens | weight | before | after | global | train s | average s | evaluate s |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| round | site | tokens | loss tokens | weight | before | after | global | train s | average s | evaluate s "
+        "| node-h | queue s | sent MB | received MB | note |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
+        tokens = "-" if r["tokens"] is None else f"{r['tokens']:,}"
         lines.append(
-            f"| {r['round']} | {r['site']} | {r['tokens']:,} | {_count(r['loss_tokens'])} | {_num(r['weight'])} | {_num(r['local_before'])} | "
-            f"{_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | {_secs(r['average_s'])} | {_secs(r['evaluate_s'])} |"
+            f"| {r['round']} | {r['site']} | {tokens} | {_count(r['loss_tokens'])} | {_num(r['weight'])} | "
+            f"{_num(r['local_before'])} | {_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | "
+            f"{_secs(r['average_s'])} | {_secs(r['evaluate_s'])} | {_num(r['node_hours'])} | {_secs(r['queue_s'])} | "
+            f"{_mb(r['sent_bytes'])} | {_mb(r['received_bytes'])} | {_note(r['left_out'])} |"
         )
+    total = totals(rows)
+    lines += [
+        "",
+        f"cost: {total['node_hours']:.4f} node-hours (nodes x wall time of every training attempt), "
+        f"{total['queue_s']:.0f} s in queues, {_mb(total['sent_bytes'])} MB sent to the aggregator, "
+        f"{_mb(total['received_bytes'])} MB received from it",
+    ]
     return "\n".join(lines + _benchmarks(fed, root) + _history(fed, root)) + "\n"
 
 
@@ -114,8 +158,8 @@ def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
             left = read_receipt(root.round(number).site(site.name).left_out)
             if left is not None:
                 lines.append(
-                    f"- {site.name}: left out of round {number} after {left.get('attempts')} failed attempt(s), "
-                    f"the round averaged without it ({_when(left.get('unix'))}): {left.get('reason')}"
+                    f"- {site.name}: left out of round {number} ({left.get('attempts')} attempt(s)), the round "
+                    f"averaged without it ({_when(left.get('unix'))}): {left.get('reason')}"
                 )
     for name, d in dropped_sites(root).items():
         lines.append(f"- {name}: dropped from round {d.get('from_round')} on ({_when(d.get('unix'))})")
@@ -148,6 +192,7 @@ def write_table(fed: FederationConfig, root: FederationDir) -> None:
             "base": base_losses(fed, root),
             "rows": table_rows(fed, root),
             "benchmarks": {str(n): scores for n, scores in round_benchmarks(fed, root).items()},
+            "totals": totals(table_rows(fed, root)),
         },
     )
     root.table_markdown.write_text(table_markdown(fed, root), encoding="utf-8")
@@ -165,7 +210,11 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
     import matplotlib.pyplot as plt
 
     rows, base = table_rows(fed, root), base_losses(fed, root)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, spent) = plt.subplots(1, 2, figsize=(12, 4.5))
+    # The federation's node-hours through each round: the x of the second panel.
+    cumulative = {0: 0.0}
+    for number in range(1, fed.rounds + 1):
+        cumulative[number] = cumulative[number - 1] + sum(r["node_hours"] or 0.0 for r in rows if r["round"] == number)
     for i, site in enumerate(fed.sites):
         color = f"C{i}"
         mine = [r for r in rows if r["site"] == site.name]
@@ -173,9 +222,11 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
         losses = [base[site.name]] + [r["global"] for r in mine if r["global"] is not None]
         if base[site.name] is not None:
             ax.plot(rounds, losses, "o-", color=color, label=f"{site.name}: global model")
+            spent.plot([cumulative[n] for n in rounds], losses, "o-", color=color, label=f"{site.name}: global model")
+        trained = [r for r in mine if r["local_after"] is not None]
         ax.plot(
-            [r["round"] for r in mine],
-            [r["local_after"] for r in mine],
+            [r["round"] for r in trained],
+            [r["local_after"] for r in trained],
             "s--",
             color=color,
             alpha=0.7,
@@ -187,6 +238,9 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
     ax.set_xticks(range(0, fed.rounds + 1))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    spent.set_xlabel("node-hours spent by the federation (every site's training attempts)")
+    spent.set_title("global model's loss against its cost")
+    spent.grid(alpha=0.3)
     fig.tight_layout()
     tmp = root.plot.with_name(f".{root.plot.name}.tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -204,6 +258,14 @@ def _count(value: int | None) -> str:
 
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.2f}"
+
+
+def _note(reason: str | None) -> str:
+    return "" if not reason else "left out: " + reason.replace("|", "/")
 
 
 def status_text(fed: FederationConfig, root: FederationDir) -> str:

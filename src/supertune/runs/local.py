@@ -42,6 +42,8 @@ class LocalOutcome:
     """summary.json (or, trained in this process, the summary training returned); None: not finished."""
     stopped: dict | None = None
     """The stop record (step, reason, checkpoint) of a run that stopped on request."""
+    late: bool = False
+    """The processes were ended at the deadline given to train_logged (`until`), unfinished."""
 
     @property
     def exit_code(self) -> int:
@@ -138,12 +140,18 @@ def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutco
 
 
 def train_logged(
-    resolution: Resolution, run_dir: Path, log: Path, no_resume: bool = False, env: Mapping[str, str] | None = None
+    resolution: Resolution,
+    run_dir: Path,
+    log: Path,
+    no_resume: bool = False,
+    env: Mapping[str, str] | None = None,
+    until: float | None = None,
 ) -> LocalOutcome:
     """Train the run in `run_dir` (new, or resumed unless `no_resume`) in processes of their own, their
     output appended to `log`: one training worker, or torchrun's. A run found finished is not started.
-    The processes die with this one (a killed federation leaves no training behind)."""
-    from ..subprocesses import run_logged
+    The processes die with this one (a killed federation leaves no training behind); with `until` (unix
+    time) they are ended when it passes, and the outcome is `late`."""
+    from ..subprocesses import run_logged, run_logged_until
 
     cfg = resolution.config
     check_local_start(cfg, gpus=False)  # the workers check their GPUs themselves
@@ -155,9 +163,12 @@ def train_logged(
     if cfg.launch.nproc > 1:
         threads = (env or {}).get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
         _warn_threads(cfg.launch.nproc, threads, lambda line: _note(log, line))
-    outcome = _outcome(
-        choice.run, run_logged(_argv(cfg, choice.run), log, _quiet_torchrun(env) if cfg.launch.nproc > 1 else env)
-    )
+    argv, child_env = _argv(cfg, choice.run), _quiet_torchrun(env) if cfg.launch.nproc > 1 else env
+    code = run_logged(argv, log, child_env) if until is None else run_logged_until(argv, log, until, child_env)
+    if code is None:
+        _note(log, "supertune: ended at the deadline, unfinished")
+        return LocalOutcome(choice.run, 1, None, late=True)
+    outcome = _outcome(choice.run, code)
     for line in summary_lines(outcome.summary, outcome.run) if outcome.summary else []:
         _note(log, line)  # the log ends as `supertune train`'s output does
     return outcome

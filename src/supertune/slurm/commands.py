@@ -35,6 +35,13 @@ class JobState:
     nodes: str = ""
     elapsed: str = ""
     restarts: int = 0
+    exit_code: str = ""
+    """Slurm's ExitCode, CODE:SIGNAL (e.g. 1:0), once the job has ended."""
+    submit_time: str = ""
+    """SubmitTime, StartTime, EndTime as scontrol prints them (local time, e.g. 2026-11-26T10:00:00; Unknown or None before)."""
+    start_time: str = ""
+    end_time: str = ""
+    num_nodes: int = 0
 
     @property
     def finished(self) -> bool:
@@ -84,6 +91,11 @@ def job_state(job_id: str) -> JobState:
         nodes=fields.get("NodeList", ""),
         elapsed=fields.get("RunTime", ""),
         restarts=_count(fields.get("Restarts", "0") or "0", f"scontrol show job {job_id}", "Restarts"),
+        exit_code=fields.get("ExitCode", ""),
+        submit_time=fields.get("SubmitTime", ""),
+        start_time=fields.get("StartTime", ""),
+        end_time=fields.get("EndTime", ""),
+        num_nodes=int(fields["NumNodes"]) if fields.get("NumNodes", "").isdigit() else 0,
     )
 
 

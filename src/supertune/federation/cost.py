@@ -1,0 +1,76 @@
+"""What a site's round cost: every attempt of its training, finished, failed or cancelled at the
+deadline, in `round-NNN/<site>/cost.json`, with the nodes it held and when it was submitted, started
+and ended. Node-hours are nodes x (end - start) summed over the attempts; queue wait is start - submit.
+
+A SLURM site's times are Slurm's own (scontrol's SubmitTime, StartTime and EndTime of the job, NumNodes);
+a local site counts as one node from the start of its processes to their end, with no queue. A failed
+or late attempt costs its node-hours too: the grant paid for them.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+from .receipts import read_receipt, write_receipt
+
+__all__ = ["record_attempt", "site_cost", "slurm_attempt"]
+
+
+def record_attempt(path: Path, attempt: dict[str, Any]) -> None:
+    """Add one attempt ({job, nodes, submit, start, end, outcome}; times in unix seconds) to the receipt."""
+    kept = read_receipt(path) or {}
+    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
+    job = attempt.get("job")
+    if job is not None and any(a.get("job") == job for a in attempts):
+        return  # a resumed federation that waited for the same job again
+    write_receipt(path, {"attempts": [*attempts, attempt]})
+
+
+def site_cost(path: Path) -> dict[str, float | int | None]:
+    """{node_hours, queue_s, attempts} of a site's round; None values when nothing was recorded."""
+    kept = read_receipt(path)
+    if kept is None:
+        return {"node_hours": None, "queue_s": None, "attempts": None}
+    node_seconds = queue = 0.0
+    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
+    for a in attempts:
+        start, end, submit = a.get("start"), a.get("end"), a.get("submit")
+        if _number(start) and _number(end):
+            node_seconds += float(a.get("nodes") or 1) * max(0.0, end - start)
+        if _number(start) and _number(submit):
+            queue += max(0.0, start - submit)
+        elif _number(submit) and _number(end):  # cancelled in the queue: it waited until it was cancelled
+            queue += max(0.0, end - submit)
+    return {"node_hours": node_seconds / 3600.0, "queue_s": queue, "attempts": len(attempts)}
+
+
+def slurm_attempt(job_id: str, state, outcome: str, cancelled: bool = False) -> dict[str, Any]:
+    """An attempt from what scontrol says of the job (a supertune.slurm.commands.JobState); `cancelled`:
+    the job is being cancelled now, so it ends now (scontrol's EndTime of a running job is its time
+    limit, and a pending job's StartTime is only the scheduler's guess)."""
+    import time
+
+    started = state.state not in ("PENDING", "CONFIGURING", "REQUEUED") or not cancelled
+    return {
+        "job": job_id,
+        "nodes": state.num_nodes or 1,
+        "submit": _slurm_time(state.submit_time),
+        "start": _slurm_time(state.start_time) if started else None,
+        "end": float(int(time.time())) if cancelled else _slurm_time(state.end_time),
+        "outcome": outcome,
+    }
+
+
+def _slurm_time(text: str) -> float | None:
+    """scontrol's times are the controller's local time without a zone (2026-11-26T10:00:00); Unknown
+    or None before the event. Read in this machine's zone, which a login node shares with its cluster."""
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

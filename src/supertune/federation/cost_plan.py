@@ -1,0 +1,129 @@
+"""`supertune federate FEDERATION --plan`: what the rounds still to run are expected to cost, from the
+config and the rounds already run, without running anything.
+
+Per round and site: the nodes it trains on (a SLURM site: launch.nodes; a local site: this machine,
+one node), its steps, the node-hours expected, and the bytes it sends to the aggregator and receives
+from it. Node-hours come from the site's earlier rounds (node-hours per step measured, cost.py, times
+its steps): a federation that has not run a round has no measure, and a SLURM site's bound is shown
+instead (nodes x slurm.time, what the grant is charged at most). Bytes are the weights that move: the
+model (or a LoRA site's adapter) up, the global model down; the base model's files when there are
+some, else the parameters counted on PyTorch's meta device (no memory, no weights) times the dtype's
+bytes, which leaves out the files' small headers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .layout import FederationDir
+from .schema import FederationConfig
+from .sites import SitePlan
+
+__all__ = ["cost_plan_text"]
+
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> str:
+    from ..config.job_values import time_problem, time_seconds
+    from .history import dropped_sites
+    from .receipts import read_receipt
+    from .table import table_rows
+
+    existing = root.config.is_file()
+    averaged = (n for n in range(1, fed.rounds + 1) if not existing or read_receipt(root.round(n).averaged) is None)
+    first = next(averaged, fed.rounds + 1)
+    rows = table_rows(fed, root) if existing else []
+    dropped = dropped_sites(root) if existing else {}
+    sent, received, said = _weights(fed, plans, root)
+    lines = [
+        f"# cost plan of federation {fed.name}: "
+        + (f"rounds {first}-{fed.rounds} of {fed.rounds} to run, " if first <= fed.rounds else "every round has run, ")
+        + f"from its config and {len({r['round'] for r in rows})} round(s) run; nothing is run",
+        f"# bytes: {said}",
+        "",
+        "| round | site | nodes | steps | node-hours | sent MB | received MB |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    total_hours = total_sent = total_received = 0.0
+    unknown: set[str] = set()
+    for number in range(first, fed.rounds + 1):
+        for plan in plans:
+            site, cfg = plan.site, plan.config
+            if not site.in_round(number) or site.name in dropped:
+                continue
+            done = root.round(number).site(site.name)
+            if existing and (read_receipt(done.trained) or read_receipt(done.left_out)):
+                continue  # trained (or left out) already: spent, in the round table
+            local = site.where == "local"
+            nodes = 1 if local else cfg.launch.nodes
+            measured = [r for r in rows if r["site"] == site.name and r["node_hours"]]
+            if measured:
+                per_step = sum(r["node_hours"] for r in measured) / (len(measured) * site.steps_per_round)
+                hours = per_step * site.steps_per_round
+                shown = f"{hours:.4f}"
+                total_hours += hours
+            else:
+                unknown.add(site.name)
+                bound = "" if local or time_problem(cfg.slurm.time) else nodes * time_seconds(cfg.slurm.time) / 3600
+                shown = f"- (at most {bound:.2f})" if bound else "-"
+            total_sent += sent[site.name]
+            total_received += received
+            lines.append(
+                f"| {number} | {site.name} | {nodes} | {site.steps_per_round} | {shown} | "
+                f"{sent[site.name] / 1e6:.2f} | {received / 1e6:.2f} |"
+            )
+    lines += [
+        "",
+        f"total: {total_hours:.4f} node-hours"
+        + (f" (without {', '.join(sorted(unknown))}: no round of theirs to measure yet)" if unknown else "")
+        + f", {total_sent / 1e6:.2f} MB sent to the aggregator, {total_received / 1e6:.2f} MB received from it",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _weights(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> tuple[dict[str, int], int, str]:
+    """(bytes each site sends, bytes each receives, how they were found)."""
+    from .lora import lora_sites, weight_bytes
+
+    cfg = plans[0].config
+    base = Path(fed.base_model) if fed.base_model else root.round(0).global_model
+    full = weight_bytes(base) if base.is_dir() else 0
+    how = f"the model's weights, {full:,} bytes (the files of {base})"
+    if not full:
+        params = _parameters(fed, cfg, lora=False)
+        full = params * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+        how = f"the model's weights, {full:,} bytes ({params:,} parameters x {cfg.model.dtype}, counted on the meta device)"
+    mode = lora_sites(fed, [p.config for p in plans])
+    if mode is None:
+        return {p.site.name: full for p in plans}, full, f"each site sends and receives {how}"
+    if fed.base_model:
+        adapter, said = 0, "unknown before round 1 for a base model of its own (0 counted)"
+    else:
+        trainable = _parameters(fed, cfg, lora=True)
+        adapter = trainable * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+        said = f"{adapter:,} bytes ({trainable:,} adapter parameters x {cfg.model.dtype})"
+    down = adapter if mode == "adapters" else full
+    what = "the global adapter" if mode == "adapters" else f"the merged global model, {how}"
+    return {p.site.name: adapter for p in plans}, down, f"each site sends its LoRA adapter, {said}, and receives {what}"
+
+
+def _parameters(fed: FederationConfig, cfg, lora: bool) -> int:
+    """The embedded base model's parameters (with `lora`: its adapter's, trainable), counted on the meta
+    device: shapes only, nothing allocated."""
+    import dataclasses
+
+    import torch
+
+    from ..config.schema import ModelConfig, RunConfig
+    from ..modeling.model import build_model
+    from ..modeling.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(RunConfig())
+    model_cfg = ModelConfig(config_overrides=dict(fed.base_config_overrides), dtype=cfg.model.dtype)
+    if lora:
+        model_cfg = dataclasses.replace(model_cfg, lora=cfg.model.lora)
+    with torch.device("meta"):
+        model = build_model(model_cfg, tokenizer)
+    wanted = (p for p in model.parameters() if p.requires_grad or not lora)
+    return sum(p.numel() for p in wanted)

@@ -1,0 +1,294 @@
+"""Rounds that do not wait forever for one site: a site whose training dies in round 2 only (retried,
+left out, back in round 3, the table says why), a SIGKILL after that decision resumes to the same
+global model; a site still training at the round's deadline is ended and left out; a round below its
+quorum at the deadline stops with the way on, and `--skip-site` takes that way. Also the duration
+syntax of round_deadline, and the cost columns every round gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from federation_copies import copy_through_round_one_training, rehome_receipts
+from supertune.federation.deadline import deadline_problem, deadline_seconds, duration_text
+from supertune.federation.default import site_corpus
+from supertune.federation.load import federation_problems
+from supertune.federation.schema import FederationConfig, SiteConfig
+
+SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.warmup_steps=0", "data.max_eval_samples=8"]
+
+
+def test_round_deadline_reads_durations_and_refuses_the_rest() -> None:
+    assert [deadline_seconds(t) for t in ("2h", "90m", "1h30m", "45s", "7200", "1.5h", None, "")] == [
+        7200, 5400, 5400, 45, 7200, 5400, None, None]  # fmt: skip
+    assert deadline_problem("2h") is None and deadline_problem("90") is None
+    assert deadline_problem("2 hours") == (
+        "round_deadline: '2 hours' is not a duration; write e.g. 2h, 90m, 1h30m or a number of seconds"
+    )
+    assert (
+        deadline_problem("0")
+        == "round_deadline: must be a positive duration (e.g. 2h), got '0'; leave it empty for none"
+    )
+    assert [duration_text(s) for s in (20, 5400, 7200, 600)] == ["20s", "1h30m", "2h", "10m"]
+    fed = FederationConfig(rounds=1, round_deadline="soon", sites=[SiteConfig(name="a"), SiteConfig(name="b")])
+    assert federation_problems(fed) == [
+        "round_deadline: 'soon' is not a duration; write e.g. 2h, 90m, 1h30m or a number of seconds"
+    ]
+    fed.executor, fed.round_deadline = "streamflow", "2h"
+    assert federation_problems(fed) == [
+        "round_deadline: not supported with executor: streamflow yet; leave it out, or use executor: builtin"
+    ]
+
+
+def test_a_command_still_running_at_its_deadline_is_ended_with_its_children(tmp_path: Path) -> None:
+    """run_logged_until: a shell that started a child of its own (as torchrun starts workers) is ended
+    as a group when the deadline passes, the child too; one that finishes in time gives its exit code."""
+    from supertune.subprocesses import run_logged_until
+
+    marker = str(tmp_path / "still-here")
+    started = time.time()
+    code = run_logged_until(["sh", "-c", f'sh -c "sleep 300; : {marker}" & sleep 301'], tmp_path / "log", started + 1.5,
+                            grace=5)  # fmt: skip
+    assert code is None
+    time.sleep(0.3)
+    alive = [p for p in Path("/proc").glob("[0-9]*/cmdline") if marker in p.read_bytes().decode(errors="replace")]
+    assert not alive
+    assert run_logged_until(["sh", "-c", "echo done; exit 3"], tmp_path / "log", time.time() + 60) == 3
+    assert (tmp_path / "log").read_text() == "done\n"
+
+
+def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supertune", "federate", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        timeout=900,
+    )
+
+
+def _global(directory: Path, number: int) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for f in sorted((directory / f"round-{number:03d}" / "global").glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 rounds of 2 sites x 2 steps; site-b's training is killed (SIGKILL, as when its node dies) at
+    step 1 of round 2, at every attempt, and nowhere else."""
+    root = tmp_path_factory.mktemp("deadline")
+    sites = []
+    for name in ("site-a", "site-b"):
+        train, validation = site_corpus(name)
+        sites.append({"name": name, "steps_per_round": 2,
+                      "overrides": [f"data.train_files={train}", f"data.validation_files={validation}", *SITE]})  # fmt: skip
+    config = {"name": "fed-deadline", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 3,
+              "site_retries": 1, "round_deadline": "2h", "aggregation": {"min_sites": 1}, "sites": sites}  # fmt: skip
+    path = root / "federation.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    fed_dir = root / "fed"
+    fault = {"SUPERTUNE_FAULT": "step@1", "SUPERTUNE_FAULT_IN": "round-002/site-b/"}
+    proc = _federate(str(path), "--dir", str(fed_dir), env=fault)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "site-b round 2: attempt 1 of 2 failed; trying again" in proc.stderr
+    return fed_dir
+
+
+@pytest.mark.slow
+def test_a_site_that_fails_in_round_two_only_is_left_out_and_rejoins(failing: Path) -> None:
+    left = json.loads((failing / "round-002" / "site-b" / "left_out.json").read_text())
+    assert left["reason"] == "failed: killed by signal 9" and left["attempts"] == 2
+    averaged = json.loads((failing / "round-002" / "averaged.json").read_text())
+    assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": "failed: killed by signal 9"}
+    # round 3: site-b is back, from round 2's global model like site-a
+    for name in ("site-a", "site-b"):
+        site = yaml.safe_load((failing / "round-003" / name / "site.yaml").read_text())
+        assert site["model"]["name_or_path"] == str(failing / "round-002" / "global")
+    assert set(json.loads((failing / "round-003" / "averaged.json").read_text())["weights"]) == {"site-a", "site-b"}
+    # both failed attempts cost node time, recorded; the round table says why the site is missing
+    attempts = json.loads((failing / "round-002" / "site-b" / "cost.json").read_text())["attempts"]
+    assert [a["outcome"] for a in attempts] == ["failed: killed by signal 9"] * 2
+    table = json.loads((failing / "rounds.json").read_text())
+    rows = {(r["round"], r["site"]): r for r in table["rows"]}
+    assert len(rows) == 6 and rows[2, "site-b"]["left_out"] == "failed: killed by signal 9"
+    assert rows[2, "site-b"]["tokens"] is None and rows[2, "site-b"]["node_hours"] > 0
+    assert all(r["node_hours"] > 0 and r["queue_s"] == 0 and r["attempts"] for r in rows.values())
+    assert rows[1, "site-a"]["sent_bytes"] == rows[1, "site-a"]["received_bytes"] > 0
+    assert table["totals"]["node_hours"] == pytest.approx(sum(r["node_hours"] for r in rows.values()))
+    row = rows[3, "site-a"]  # its loss under round 3's global model against round 2's, per node-hour
+    assert row["loss_change_per_node_hour"] == pytest.approx((row["global"] - row["local_before"]) / row["node_hours"])
+    assert row["loss_change_per_node_hour"] < 0
+    markdown = (failing / "rounds.md").read_text()
+    assert "| 2 | site-b | - |" in markdown and "left out: failed: killed by signal 9 |" in markdown
+    assert "node-hours (nodes x wall time of every training attempt)" in markdown
+
+
+@pytest.mark.slow
+def test_a_federation_killed_after_leaving_a_site_out_resumes_to_the_same_global_model(
+    failing: Path, tmp_path: Path
+) -> None:
+    """The copy stands where the federation stood after round 2's training and its decision to leave
+    site-b out; killed (SIGKILL) in the middle of the average, then run again: the decision is kept
+    (nothing trains) and round 2's global model is the uninterrupted one, bit for bit."""
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        if here == failing:
+            return {"round-003", "rounds.json", "rounds.md", "rounds.png"}
+        if here == failing / "round-002":
+            return {"global", "averaged.json"}
+        return {"evaluated.json"} if here.parent == failing / "round-002" else set()
+
+    copy = tmp_path / "fed"
+    shutil.copytree(failing, copy, ignore=ignored)
+    rehome_receipts(failing, copy)
+    config = yaml.safe_load((copy / "federation.yaml").read_text())
+    config["rounds"] = 2
+    (copy / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "average.tensor@2"})
+    assert killed.returncode == -9 and not (copy / "round-002" / "global").exists()
+    again = _federate(str(copy))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "training here" not in again.stderr
+    expected, got = _global(failing, 2), _global(copy, 2)
+    assert expected.keys() == got.keys() and all(np.array_equal(expected[k], got[k]) for k in expected)
+
+
+def _round_one_without(failing: Path, target: Path, site: str, **settings) -> None:
+    """A copy through round 1's training in which `site` has not trained yet, with other settings."""
+    aggregation = settings.pop("aggregation", {})
+    copy_through_round_one_training(failing, target, aggregation)
+    shutil.rmtree(target / "round-001" / site)
+    (target / "round-001" / "started.json").unlink()  # the source's round 1 began minutes ago
+    for later in ("round-002", "round-003"):
+        shutil.rmtree(target / later, ignore_errors=True)
+    config = yaml.safe_load((target / "federation.yaml").read_text())
+    config.update(settings)
+    (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_site_still_training_at_the_deadline_is_ended_and_the_round_goes_on(failing: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "fed"
+    # site-b trains for a very long time (100000 steps) in a round whose deadline is 10 s away.
+    sites = yaml.safe_load((failing / "federation.yaml").read_text())["sites"]
+    sites[1]["steps_per_round"] = 100000
+    _round_one_without(failing, copy, "site-b", round_deadline="10s", sites=sites, aggregation={"min_sites": 1})
+    (copy / "sites" / "site-b.yaml").unlink()  # resolved again with its 100000 steps
+    proc = _federate(str(copy))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "site-b round 1: late: running after 10s; its processes were ended" in proc.stderr
+    left = json.loads((copy / "round-001" / "site-b" / "left_out.json").read_text())
+    assert left["reason"] == "late: running after 10s" and left["attempts"] == 1
+    assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
+    [attempt] = json.loads((copy / "round-001" / "site-b" / "cost.json").read_text())["attempts"]
+    assert attempt["outcome"] == "late: running after 10s" and attempt["end"] > attempt["start"]
+    run = str(copy / "round-001" / "site-b" / "run")
+    time.sleep(0.5)
+    alive = [p for p in Path("/proc").glob("[0-9]*/cmdline") if run in p.read_bytes().decode(errors="replace")]
+    assert not alive  # the late site's processes are gone, not left to burn node-hours
+
+
+@pytest.mark.slow
+def test_a_round_below_its_quorum_at_the_deadline_stops_and_skip_site_goes_on(failing: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "fed"
+    _round_one_without(failing, copy, "site-b", round_deadline="1h", aggregation={"min_sites": None})  # every site
+    started = copy / "round-001" / "started.json"
+    started.write_text(json.dumps({"round": 1, "unix": time.time() - 7200}))  # the round began 2 h ago
+    stopped = _federate(str(copy))
+    assert stopped.returncode == 2, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last == (
+        "supertune: error: round 1: 1 of 2 sites finished training by its deadline (round_deadline 1h) and the "
+        "round needs every site (aggregation.min_sites empty); site-b: late: not started after 1h (the sites on this "
+        f"machine train one after another) (0 attempts); run `supertune federate {copy}` again to go on (each "
+        "unfinished site resumes from its latest checkpoint, with a new deadline), or leave a site out of this round "
+        f"with `supertune federate {copy} --skip-site NAME` (for good: --drop NAME)"
+    )
+    assert (
+        not started.exists() and not list(copy.rglob("left_out.json")) and not (copy / "round-001" / "global").exists()
+    )
+    from supertune.errors import UserError
+    from supertune.federation import federate
+
+    with pytest.raises(UserError) as refused:
+        federate(str(copy), None, skip=["site-c"])
+    assert str(refused.value) == "--skip-site: 'site-c' is not a site of this federation; its sites are site-a, site-b"
+    skipped = _federate(str(copy), "--skip-site", "site-b")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert "training here" not in skipped.stderr
+    left = json.loads((copy / "round-001" / "site-b" / "left_out.json").read_text())
+    assert left["reason"] == "skipped: --skip-site" and left["attempts"] == 0
+    assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
+    assert "| 1 | site-b | - |" in (copy / "rounds.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_cost_plan_counts_the_model_and_measures_node_hours_from_the_rounds_run(
+    failing: Path, tmp_path: Path
+) -> None:
+    from supertune.federation import federation_cost_plan
+
+    def rows(text: str) -> dict[tuple[int, str], list[str]]:
+        cells = [
+            line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ") and "---" not in line
+        ]
+        return {(int(c[0]), c[1].strip()): [x.strip() for x in c[2:]] for c in cells[1:]}
+
+    # A new federation: the model counted on the meta device is the base model's file but for its header.
+    fresh = federation_cost_plan(str(failing.parent / "federation.yaml"), str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+    weights = (failing / "round-000" / "global" / "model.safetensors").stat().st_size
+    counted = int(fresh.split("the model's weights, ")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < weights - counted < 20_000
+    planned = rows(fresh)
+    assert len(planned) == 6 and planned[1, "site-a"][:3] == ["1", "2", "-"]
+    assert "(without site-a, site-b: no round of theirs to measure yet)" in fresh
+    # After round 1's training: rounds 1-3 to run, each site's node-hours per step from round 1.
+    copy = tmp_path / "fed"
+    copy_through_round_one_training(failing, copy, {})
+    config = yaml.safe_load((copy / "federation.yaml").read_text())
+    config["rounds"] = 3
+    (copy / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    measured = federation_cost_plan(str(copy), None)
+    assert "rounds 1-3 of 3 to run" in measured and "(the files of" in measured
+    spent = json.loads((copy / "round-001" / "site-b" / "cost.json").read_text())["attempts"]
+    node_hours = sum(a["nodes"] * (a["end"] - a["start"]) for a in spent) / 3600
+    planned = rows(measured)
+    assert float(planned[3, "site-b"][2]) == pytest.approx(node_hours, abs=1e-4)
+    assert planned[3, "site-b"][3] == planned[3, "site-b"][4] == f"{weights / 1e6:.2f}"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_no_longer_matches_its_manifest_is_refused_and_left_out(
+    failing: Path, tmp_path: Path
+) -> None:
+    """site-b's finished round-1 checkpoint changed on disk before its receipt was written: each attempt
+    finds the run finished, refuses the checkpoint, and the round is averaged without the site."""
+    copy = tmp_path / "fed"
+    copy_through_round_one_training(failing, copy, {"min_sites": 1})
+    (copy / "round-001" / "site-b" / "trained.json").unlink()
+    [weights] = (copy / "round-001" / "site-b" / "run" / "checkpoints").glob("checkpoint-*/model.safetensors")
+    with weights.open("r+b") as f:  # one byte of a tensor flipped: same size, another sha256
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    proc = _federate(str(copy))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = json.loads((copy / "round-001" / "site-b" / "left_out.json").read_text())
+    assert left["reason"].startswith("refused: ") and "does not match its manifest" in left["reason"], left
+    assert left["attempts"] == 2
+    assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
