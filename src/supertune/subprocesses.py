@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,21 @@ def run_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None
             return proc.wait()
 
 
+@contextlib.contextmanager
+def _group_logged(argv: Sequence[str], logfile: Path, env: Mapping[str, str] | None) -> Iterator[subprocess.Popen]:
+    """A program started in a session (process group) of its own, dying with this process, its output
+    appended to `logfile`; the log is closed when the block ends."""
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    with logfile.open("ab") as out:
+        yield subprocess.Popen(
+            list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+
+
 def run_logged_until(
     argv: Sequence[str], logfile: Path, until: float, env: Mapping[str, str] | None = None, grace: float = 30.0
 ) -> int | None:
@@ -71,15 +87,7 @@ def run_logged_until(
     and, if it is still running when the deadline passes, the whole group (torchrun and its workers)
     gets SIGTERM and, `grace` seconds later, SIGKILL; then None instead of an exit code. A training
     worker answers SIGTERM by stopping at its next step, so the grace is usually a step's time."""
-    merged = dict(os.environ)
-    if env:
-        merged.update(env)
-    logfile.parent.mkdir(parents=True, exist_ok=True)
-    with logfile.open("ab") as out:
-        proc = subprocess.Popen(
-            list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+    with _group_logged(argv, logfile, env) as proc:
         try:
             while True:
                 try:
@@ -105,15 +113,7 @@ def run_group_logged(
     SIGKILL. The group's id is kept in `group_file` while it runs, so that after a SIGKILL of this
     process (the program then dies with it, its children not) `end_group` can end the rest.
     """
-    merged = dict(os.environ)
-    if env:
-        merged.update(env)
-    logfile.parent.mkdir(parents=True, exist_ok=True)
-    with logfile.open("ab") as out:
-        proc = subprocess.Popen(
-            list(argv), env=merged, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+    with _group_logged(argv, logfile, env) as proc:
         group_file.write_text(f"{proc.pid}\n", encoding="utf-8")
         try:
             try:
