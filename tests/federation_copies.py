@@ -45,3 +45,24 @@ def copy_through_round_one_training(
     config["rounds"] = 1
     config["aggregation"].update(aggregation)
     (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+def copy_before_average(source: Path, target: Path, number: int) -> None:
+    """A copy of a finished federation's directory as it stood after round `number`'s training and its
+    decisions (`left_out.json`, `started.json`), before the round's average: the round's global model,
+    averaged.json and evaluations left behind, and the later rounds, with `rounds: number`."""
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        here, rd = Path(directory), source / f"round-{number:03d}"
+        if here == source:
+            later = {n for n in names if n.startswith("round-") and n > rd.name}
+            return later | {"rounds.json", "rounds.md", "rounds.png"}
+        if here == rd:
+            return {"global", "averaged.json"}
+        return {"evaluated.json"} if here.parent == rd else set()
+
+    shutil.copytree(source, target, ignore=ignored)
+    rehome_receipts(source, target)
+    config = yaml.safe_load((target / "federation.yaml").read_text())
+    config["rounds"] = number
+    (target / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

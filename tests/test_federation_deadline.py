@@ -1,14 +1,16 @@
 """Rounds that do not wait forever for one site: a site whose training dies in round 2 only (retried,
-left out, back in round 3, the table says why), a SIGKILL after that decision resumes to the same
-global model; a site still training at the round's deadline is ended and left out; a round below its
-quorum at the deadline stops with the way on, and `--skip-site` takes that way. Also the duration
-syntax of round_deadline, and the cost columns every round gets."""
+left out, back in round 3, the table says why); a site still training at the round's deadline (2
+processes) is ended and left out; a round below its quorum at the deadline stops with the way on, and
+`--skip-site` takes that way. After each of those decisions a SIGKILL in the average resumes to the
+same global model, byte for byte. Also the duration syntax of round_deadline, the cost columns every
+round gets (a local site's node-hours: its processes x wall time), and the plot against node-hours."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -17,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from safetensors.numpy import load_file
 
-from federation_copies import copy_through_round_one_training, rehome_receipts
+from federation_copies import copy_before_average, copy_through_round_one_training, rehome_receipts
 from supertune.federation.deadline import deadline_problem, deadline_seconds, duration_text
 from supertune.federation.default import site_corpus
 from supertune.federation.load import federation_problems
@@ -77,13 +78,6 @@ def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
-def _global(directory: Path, number: int) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for f in sorted((directory / f"round-{number:03d}" / "global").glob("*.safetensors")):
-        out.update(load_file(f))
-    return out
-
-
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 rounds of 2 sites x 2 steps; site-b's training is killed (SIGKILL, as when its node dies) at
@@ -132,7 +126,30 @@ def test_a_site_that_fails_in_round_two_only_is_left_out_and_rejoins(failing: Pa
     assert row["loss_change_per_node_hour"] < 0
     markdown = (failing / "rounds.md").read_text()
     assert "| 2 | site-b | - |" in markdown and "left out: failed: killed by signal 9 |" in markdown
-    assert "node-hours (nodes x wall time of every training attempt)" in markdown
+    assert (
+        "node-hours (every training attempt's wall time x its nodes on SLURM, x its processes on this machine)"
+        in markdown
+    )
+    # rounds.png: beside loss by round, each site's global loss against the federation's node-hours so far
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.load import load_federation
+    from supertune.federation.table import loss_figure
+
+    figure = loss_figure(load_federation(str(failing))[0], FederationDir(failing))
+    by_round, spent = figure.axes
+    assert spent.get_xlabel().startswith("node-hours spent by the federation")
+    through = np.cumsum([0.0] + [sum(r["node_hours"] for r in rows.values() if r["round"] == n) for n in (1, 2, 3)])
+    base = table["base"]
+    for site, line in zip(("site-a", "site-b"), spent.get_lines(), strict=True):
+        rounds = [0] + [n for n in (1, 2, 3) if rows[n, site]["global"] is not None]  # site-b: not in round 2
+        assert list(line.get_xdata()) == pytest.approx([through[n] for n in rounds])
+        assert list(line.get_ydata()) == [base[site]] + [rows[n, site]["global"] for n in rounds[1:]]
+    assert [len(line.get_xdata()) for line in by_round.get_lines()] == [4, 3, 3, 2]  # global and local, by round
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    with (failing / "rounds.png").open("rb") as png:  # the two panels side by side: 12 x 4.5 inches at 110 dpi
+        assert struct.unpack(">II", png.read(24)[16:24]) == (1320, 495)
 
 
 @pytest.mark.slow
@@ -141,29 +158,34 @@ def test_a_federation_killed_after_leaving_a_site_out_resumes_to_the_same_global
 ) -> None:
     """The copy stands where the federation stood after round 2's training and its decision to leave
     site-b out; killed (SIGKILL) in the middle of the average, then run again: the decision is kept
-    (nothing trains) and round 2's global model is the uninterrupted one, bit for bit."""
-
-    def ignored(directory: str, names: list[str]) -> set[str]:
-        here = Path(directory)
-        if here == failing:
-            return {"round-003", "rounds.json", "rounds.md", "rounds.png"}
-        if here == failing / "round-002":
-            return {"global", "averaged.json"}
-        return {"evaluated.json"} if here.parent == failing / "round-002" else set()
-
+    (nothing trains) and round 2's global model is the uninterrupted one, byte for byte."""
     copy = tmp_path / "fed"
-    shutil.copytree(failing, copy, ignore=ignored)
-    rehome_receipts(failing, copy)
-    config = yaml.safe_load((copy / "federation.yaml").read_text())
-    config["rounds"] = 2
-    (copy / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "average.tensor@2"})
-    assert killed.returncode == -9 and not (copy / "round-002" / "global").exists()
+    copy_before_average(failing, copy, 2)
+    _same_round_after_a_kill_in_its_average(failing, copy, 2)
+
+
+def _same_round_after_a_kill_in_its_average(reference: Path, copy: Path, number: int, *args: str) -> None:
+    """`copy` stands before round `number`'s average: run (with `args`) and killed with SIGKILL in the
+    middle of the average, then run again without them, it trains nothing, keeps the round's decisions
+    (its left_out receipts, the weights and left_out of averaged.json) and writes the global model of
+    the uninterrupted `reference`, file for file and byte for byte."""
+    rd = f"round-{number:03d}"
+    killed = _federate(str(copy), *args, env={"SUPERTUNE_FAULT": "average.tensor@2"})
+    assert killed.returncode == -9 and not (copy / rd / "global").exists(), killed.stderr[-3000:]
     again = _federate(str(copy))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training here" not in again.stderr
-    expected, got = _global(failing, 2), _global(copy, 2)
-    assert expected.keys() == got.keys() and all(np.array_equal(expected[k], got[k]) for k in expected)
+    decided = sorted((reference / rd).glob("*/left_out.json"))
+    assert decided and sorted((copy / rd).glob("*/left_out.json")) == [copy / p.relative_to(reference) for p in decided]
+    for left in decided:
+        want, got = (json.loads(f.read_text()) for f in (left, copy / left.relative_to(reference)))
+        assert {k: got[k] for k in ("site", "round", "reason", "attempts")} == {
+            k: want[k] for k in ("site", "round", "reason", "attempts")}  # fmt: skip
+    want, got = (json.loads((d / rd / "averaged.json").read_text()) for d in (reference, copy))
+    assert (got["weights"], got["left_out"]) == (want["weights"], want["left_out"])
+    files = sorted(f.name for f in (reference / rd / "global").glob("*.safetensors"))
+    assert files and sorted(f.name for f in (copy / rd / "global").glob("*.safetensors")) == files
+    assert all((reference / rd / "global" / f).read_bytes() == (copy / rd / "global" / f).read_bytes() for f in files)
 
 
 def _round_one_without(failing: Path, target: Path, site: str, **settings) -> None:
@@ -185,6 +207,7 @@ def test_a_site_still_training_at_the_deadline_is_ended_and_the_round_goes_on(fa
     # site-b trains for a very long time (100000 steps) in a round whose deadline is 10 s away.
     sites = yaml.safe_load((failing / "federation.yaml").read_text())["sites"]
     sites[1]["steps_per_round"] = 100000
+    sites[1]["overrides"].append("launch.nproc=2")  # torchrun and 2 workers: its node-hours count 2 processes
     _round_one_without(failing, copy, "site-b", round_deadline="10s", sites=sites, aggregation={"min_sites": 1})
     (copy / "sites" / "site-b.yaml").unlink()  # resolved again with its 100000 steps
     proc = _federate(str(copy))
@@ -195,10 +218,16 @@ def test_a_site_still_training_at_the_deadline_is_ended_and_the_round_goes_on(fa
     assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
     [attempt] = json.loads((copy / "round-001" / "site-b" / "cost.json").read_text())["attempts"]
     assert attempt["outcome"] == "late: running after 10s" and attempt["end"] > attempt["start"]
+    assert attempt["processes"] == 2
+    rows = {r["site"]: r for r in json.loads((copy / "rounds.json").read_text())["rows"]}
+    assert rows["site-b"]["node_hours"] == pytest.approx(2 * (attempt["end"] - attempt["start"]) / 3600)
     run = str(copy / "round-001" / "site-b" / "run")
     time.sleep(0.5)
     alive = [p for p in Path("/proc").glob("[0-9]*/cmdline") if run in p.read_bytes().decode(errors="replace")]
-    assert not alive  # the late site's processes are gone, not left to burn node-hours
+    assert not alive  # the late site's processes (torchrun's workers too) are gone, not left to burn node-hours
+    # Killed in the average after that decision, resumed: the same decision and global model.
+    copy_before_average(copy, tmp_path / "killed", 1)
+    _same_round_after_a_kill_in_its_average(copy, tmp_path / "killed", 1)
 
 
 @pytest.mark.slow
@@ -220,6 +249,9 @@ def test_a_round_below_its_quorum_at_the_deadline_stops_and_skip_site_goes_on(fa
     assert (
         not started.exists() and not list(copy.rglob("left_out.json")) and not (copy / "round-001" / "global").exists()
     )
+    stopped_copy = tmp_path / "killed"  # the stopped federation, to go on from again with a kill on the way
+    shutil.copytree(copy, stopped_copy)
+    rehome_receipts(copy, stopped_copy)
     from supertune.errors import UserError
     from supertune.federation import federate
 
@@ -233,6 +265,9 @@ def test_a_round_below_its_quorum_at_the_deadline_stops_and_skip_site_goes_on(fa
     assert left["reason"] == "skipped: --skip-site" and left["attempts"] == 0
     assert json.loads((copy / "round-001" / "averaged.json").read_text())["weights"] == {"site-a": 1.0}
     assert "| 1 | site-b | - |" in (copy / "rounds.md").read_text()
+    # --skip-site killed in the average after writing its receipt; `supertune federate DIR` alone then
+    # keeps the skip and reaches the same global model.
+    _same_round_after_a_kill_in_its_average(copy, stopped_copy, 1, "--skip-site", "site-b")
 
 
 @pytest.mark.slow

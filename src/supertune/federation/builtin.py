@@ -172,7 +172,8 @@ class BuiltinExecutor:
         log.info("%s: training here (log %s)", w.label, logfile)
         started = time.time()
         try:
-            outcome = train_logged(resolve(w.config, []), w.run, logfile, until=until)
+            resolution = resolve(w.config, [])
+            outcome = train_logged(resolution, w.run, logfile, until=until)
         except UserError as exc:
             raise FederationError(f"{w.label}: {exc}", reason=f"failed: {str(exc).splitlines()[0][:300]}") from None
         finally:
@@ -189,8 +190,9 @@ class BuiltinExecutor:
         )
         record_attempt(
             w.directory / "cost.json",
-            {"job": None, "nodes": 1, "submit": started, "start": started, "end": ended, "outcome": result},
-        )
+            {"job": None, "nodes": 1, "processes": resolution.config.launch.nproc, "submit": started, "start": started,
+             "end": ended, "outcome": result},
+        )  # fmt: skip
         if outcome.late:
             raise SiteLate(f"{w.label}: {result}; its processes were ended", reason=result)
         if code != 0:

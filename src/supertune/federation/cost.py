@@ -1,10 +1,13 @@
 """What a site's round cost: every attempt of its training, finished, failed or cancelled at the
-deadline, in `round-NNN/<site>/cost.json`, with the nodes it held and when it was submitted, started
-and ended. Node-hours are nodes x (end - start) summed over the attempts; queue wait is start - submit.
+deadline, in `round-NNN/<site>/cost.json`, with the nodes it held (a local site: its processes) and when
+it was submitted, started and ended. Node-hours are nodes x (end - start) summed over the attempts;
+queue wait is start - submit.
 
-A SLURM site's times are Slurm's own (scontrol's SubmitTime, StartTime and EndTime of the job, NumNodes);
-a local site counts as one node from the start of its processes to their end, with no queue. A failed
-or late attempt costs its node-hours too: the grant paid for them.
+A SLURM site's times are Slurm's own (scontrol's SubmitTime, StartTime and EndTime of the job, NumNodes).
+A local site has no nodes of its own to count: its node-hours are its processes (launch.nproc: one
+training worker, or torchrun's workers) x the wall time from their start to their end, with no queue;
+an attempt recorded before the processes were kept counts as one. A failed or late attempt costs its
+node-hours too: the grant paid for them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ __all__ = ["record_attempt", "site_cost", "slurm_attempt"]
 
 
 def record_attempt(path: Path, attempt: dict[str, Any]) -> None:
-    """Add one attempt ({job, nodes, submit, start, end, outcome}; times in unix seconds) to the receipt."""
+    """Add one attempt ({job, nodes, submit, start, end, outcome}, and a local site's processes; times in
+    unix seconds) to the receipt."""
     kept = read_receipt(path) or {}
     attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
     job = attempt.get("job")
@@ -38,7 +42,8 @@ def site_cost(path: Path) -> dict[str, float | int | None]:
     for a in attempts:
         start, end, submit = a.get("start"), a.get("end"), a.get("submit")
         if _number(start) and _number(end):
-            node_seconds += float(a.get("nodes") or 1) * max(0.0, end - start)
+            held = a.get("processes") or a.get("nodes") or 1  # a local attempt: its processes; SLURM: its nodes
+            node_seconds += float(held) * max(0.0, end - start)
         if _number(start) and _number(submit):
             queue += max(0.0, start - submit)
         elif _number(submit) and _number(end):  # cancelled in the queue: it waited until it was cancelled

@@ -1,14 +1,15 @@
 """`supertune federate FEDERATION --plan`: what the rounds still to run are expected to cost, from the
 config and the rounds already run, without running anything.
 
-Per round and site: the nodes it trains on (a SLURM site: launch.nodes; a local site: this machine,
-one node), its steps, the node-hours expected, and the bytes it sends to the aggregator and receives
-from it. Node-hours come from the site's earlier rounds (node-hours per step measured, cost.py, times
-its steps): a federation that has not run a round has no measure, and a SLURM site's bound is shown
-instead (nodes x slurm.time, what the grant is charged at most). Bytes are the weights that move: the
-model (or a LoRA site's adapter) up, the global model down; the base model's files when there are
-some, else the parameters counted on PyTorch's meta device (no memory, no weights) times the dtype's
-bytes, which leaves out the files' small headers.
+Per round and site: the nodes it trains on (a SLURM site: launch.nodes; a local site, which has no
+nodes of its own: its processes, launch.nproc, what its node-hours count), its steps, the node-hours
+expected, and the bytes it sends to the aggregator and receives from it. Node-hours come from the
+site's earlier rounds (node-hours per step measured, cost.py, times its steps): a federation that has
+not run a round has no measure, and a SLURM site's bound is shown instead (nodes x slurm.time, what
+the grant is charged at most). Bytes are the weights that move: the model (or a LoRA site's adapter)
+up, the global model down; the base model's files when there are some, else the parameters counted
+on PyTorch's meta device (no memory, no weights) times the dtype's bytes, which leaves out the files'
+small headers.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: Federatio
             if existing and (read_receipt(done.trained) or read_receipt(done.left_out)):
                 continue  # trained (or left out) already: spent, in the round table
             local = site.where == "local"
-            nodes = 1 if local else cfg.launch.nodes
+            nodes = cfg.launch.nproc if local else cfg.launch.nodes
             measured = [r for r in rows if r["site"] == site.name and r["node_hours"]]
             if measured:
                 per_step = sum(r["node_hours"] for r in measured) / (len(measured) * site.steps_per_round)

@@ -18,7 +18,7 @@ from .layout import FederationDir
 from .receipts import read_receipt
 from .schema import FederationConfig
 
-__all__ = ["table_rows", "table_markdown", "write_table"]
+__all__ = ["table_rows", "table_markdown", "write_table", "loss_figure"]
 
 
 def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any]]:
@@ -113,7 +113,8 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     total = totals(rows)
     lines += [
         "",
-        f"cost: {total['node_hours']:.4f} node-hours (nodes x wall time of every training attempt), "
+        f"cost: {total['node_hours']:.4f} node-hours (every training attempt's wall time x its nodes on SLURM, "
+        "x its processes on this machine), "
         f"{total['queue_s']:.0f} s in queues, {_mb(total['sent_bytes'])} MB sent to the aggregator, "
         f"{_mb(total['received_bytes'])} MB received from it",
     ]
@@ -200,7 +201,20 @@ def write_table(fed: FederationConfig, root: FederationDir) -> None:
 
 
 def _plot(fed: FederationConfig, root: FederationDir) -> None:
-    """Loss by round for every site: under the global model (solid) and after local training (dashed)."""
+    """rounds.png, written by a rename: a reader never sees half a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = loss_figure(fed, root)
+    tmp = root.plot.with_name(f".{root.plot.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(root.plot)
+
+
+def loss_figure(fed: FederationConfig, root: FederationDir):
+    """The figure of rounds.png (a matplotlib Figure, Agg): on the left each site's loss by round under the
+    global model (solid) and after local training (dashed); on the right the global model's loss against
+    the node-hours the federation had spent through that round."""
     import logging
 
     import matplotlib
@@ -242,10 +256,7 @@ def _plot(fed: FederationConfig, root: FederationDir) -> None:
     spent.set_title("global model's loss against its cost")
     spent.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = root.plot.with_name(f".{root.plot.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(root.plot)
+    return fig
 
 
 def _num(value: float | None) -> str:
