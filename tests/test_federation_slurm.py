@@ -110,13 +110,14 @@ def test_a_slurm_site_that_fails_is_retried_then_left_out_and_the_quorum_average
     assert row["queue_s"] == pytest.approx(sum(a["start"] - a["submit"] for a in attempts))
 
     # Round 2, the same federation a round longer with a 10 s deadline, its local site skipped, and the
-    # SLURM site's jobs held back 60 s: the site's resolved config is what its rounds use.
+    # SLURM site's jobs held back 60 s: the edit goes into the site's overrides in federation.yaml and
+    # its resolved config is removed, so the next run writes it again (as the docs tell a user to).
     saved = yaml.safe_load((fed_dir / "federation.yaml").read_text())
     saved.update(rounds=2, round_deadline="10s")
+    [there] = [site for site in saved["sites"] if site["name"] == "there"]
+    there["overrides"].append("slurm.extra_args=[--begin=now+60]")
     (fed_dir / "federation.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
-    resolved = yaml.safe_load((fed_dir / "sites" / "there.yaml").read_text())
-    resolved["slurm"]["extra_args"] = ["--begin=now+60"]
-    (fed_dir / "sites" / "there.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    (fed_dir / "sites" / "there.yaml").unlink()
     late = subprocess.run([sys.executable, "-m", "supertune", "federate", str(fed_dir), "--skip-site", "here"],
                           env=slurm_client, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert late.returncode == 2, late.stdout[-3000:] + late.stderr[-3000:]
