@@ -298,9 +298,13 @@ def test_a_federation_is_one_tracked_group(tmp_path, capfd):
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     fed = tmp_path / "fed"
     argv = [sys.executable, "-m", "supertune", "federate", str(path), "--dir", str(fed)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+    here = tmp_path / "cwd"  # where the command runs: nothing may be written there
+    here.mkdir()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=600, cwd=here)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "training.report_to" not in proc.stderr  # no sink warned
+    assert not list(here.iterdir())  # the artifacts are beside the federation's store, not in ./mlruns
+    assert (fed / "mlflow" / "artifacts").is_dir()
     client = MlflowClient(tracking_uri=f"sqlite:///{fed / 'mlflow' / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "fed-tracked"]
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}

@@ -73,7 +73,7 @@ class MlflowSink:
         run_id = _existing_run(client, ids, uri)
         if run_id is None:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or cfg.training.tracking_project or cfg.output.name
-            experiment_id = _experiment(client, name, run, local)
+            experiment_id = _experiment(client, name, uri)
             run_id = client.create_run(experiment_id, run_name=tracked_name(cfg, run), tags=tags).info.run_id
             ids.mlflow_run_id, ids.mlflow_tracking_uri = run_id, uri
             logged: dict[str, str] = {}
@@ -135,12 +135,11 @@ def _existing_run(client: Any, ids: TrackingIds, uri: str) -> str | None:
     return ids.mlflow_run_id
 
 
-def _experiment(client: Any, name: str, run: RunDir, local: bool) -> str:
+def _experiment(client: Any, name: str, uri: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
-    # In the run directory's own store the artifacts go beside it; a server decides for itself.
-    artifacts = (run.mlflow / "artifacts").as_uri() if local else None
+    artifacts = _artifact_location(uri)
     from mlflow.exceptions import MlflowException
 
     try:
@@ -151,3 +150,13 @@ def _experiment(client: Any, name: str, run: RunDir, local: bool) -> str:
         if found is None:
             raise
         return found.experiment_id
+
+
+def _artifact_location(uri: str) -> str | None:
+    """Where a new experiment's artifacts go: beside a SQLite store's database (the run directory's
+    own, or a federation's), since MLflow's default for one is ./mlruns under whatever directory the
+    command ran in; a server or a file store decides for itself (None)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    return (Path(uri[len(prefix) :]).resolve().parent / "artifacts").as_uri()
