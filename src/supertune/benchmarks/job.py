@@ -11,9 +11,7 @@ point `bench-eval` instead of the training worker; the job writes the scores whe
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,14 +99,12 @@ def plan_benchmark_job(
     return job, resolution.profile, directory
 
 
-def submit_benchmark_job(job: JobSpec, script: str, directory: RunDir, cluster: str) -> str:
-    """Write the script (the latest job's; every job's log stays, named by its id) and submit it."""
-    from ..slurm.commands import submit_script
+def submit_benchmark_job(script: str, directory: RunDir, cluster: str) -> str:
+    """Write the script (the latest job's; every job's log stays, named by its id), submit it and
+    record the job as `supertune submit` records a run's (slurm/jobs.py), so that status, logs and
+    cancel read it alike."""
+    from ..slurm.jobs import submit_job
 
     directory.logs.mkdir(parents=True, exist_ok=True)
     directory.job_script.write_text(script, encoding="utf-8")
-    job_id = submit_script(str(directory.job_script), str(directory.path))
-    record = {"job_id": job_id, "cluster": cluster, "args": list(job.entry_args or ()), "submitted_at": time.time()}
-    with directory.jobs.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-    return job_id
+    return submit_job(directory, cluster)

@@ -168,7 +168,7 @@ def _submit(args: argparse.Namespace, e: EvaluationConfig) -> int:
     # A wrong task, missing data or a damaged model is refused here, not after a wait in the queue.
     check_saved_model(bench.model, "MODEL", "size", tokenizer=False)
     check_tasks(list(bench.tasks), "--tasks")
-    job_id = submit_benchmark_job(job, script, directory, profile.name)
+    job_id = submit_benchmark_job(script, directory, profile.name)
     print(job_id)
     print(f"supertune: submitted job {job_id} on {profile.name}; log in {directory.logs}; the scores will be "
           f"recorded in {directory.path.parent / 'benchmarks.md'}", file=sys.stderr)  # fmt: skip

@@ -49,7 +49,8 @@ def keep_site_configs(root: FederationDir, texts: dict[str, str]) -> None:
             write_receipt(record_path, record)  # first: a file on disk is always one the record names
             path.write_text(text, encoding="utf-8")
             continue
-        have = _sha256(path.read_bytes())
+        kept = path.read_bytes()
+        have = _sha256(kept)
         if name not in record and legacy:
             record[name] = have
             write_receipt(record_path, record)
@@ -66,7 +67,7 @@ def keep_site_configs(root: FederationDir, texts: dict[str, str]) -> None:
                 "from federation.yaml (put the edit there, as a site's overrides)"
             )
             continue
-        if path.read_text(encoding="utf-8") != text:
+        if kept != text.encode("utf-8"):
             # The rounds go on with the config they started with, so that a resumed federation makes
             # the same rounds; an edit of federation.yaml (a site's overrides) is not taken silently.
             log.warning(
