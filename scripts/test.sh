@@ -4,9 +4,9 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
-# The Slurm tests start a real test cluster (tests/cluster); its packages come from Debian's.
+# The Slurm tests start a real test cluster (tests/cluster), the exchange tests an sshd; their packages come from Debian's.
 if [ "$(id -u)" -eq 0 ]; then
-  if [ ! -x /usr/sbin/slurmctld ] || ! command -v shellcheck >/dev/null; then
+  if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/sshd ] || ! command -v shellcheck >/dev/null; then
     bash tests/cluster/install.sh || echo "supertune: could not install Slurm (above): the Slurm tests will skip, or fail with CI set" >&2
   fi
 else

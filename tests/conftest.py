@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-# the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py); the ddp run the strategy tests compare with
-pytest_plugins = ["slurm_fixtures", "strategy_runs"]
+# the slurm_single / slurm_multi fixtures (tests/slurm_fixtures.py); the ddp run the strategy tests compare with;
+# a real sshd on loopback for the exchange tests (tests/ssh_server.py)
+pytest_plugins = ["slurm_fixtures", "strategy_runs", "ssh_server"]
 
 _ROOT = Path(tempfile.mkdtemp(prefix="supertune-tests-"))
 os.environ["SUPERTUNE_CACHE"] = str(_ROOT / "cache")

@@ -92,7 +92,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slurm", "training_data", "container"),
     ("doctor", "store", "averaging"),
     ("distributed", "modeling"),
-    ("documents", "conversations", "clusters"),
+    ("documents", "conversations", "clusters", "transfer", "exchange"),
     ("config",),
     ("launch", "embedded", "hub", "checkpoints", "weight_files"),
     (

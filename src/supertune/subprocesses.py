@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "Captured",
     "run_captured",
+    "run_streamed",
     "run_foreground",
     "run_logged",
     "run_logged_until",
@@ -221,3 +222,52 @@ def run_captured(
     except subprocess.TimeoutExpired:
         return Captured(124, "", f"{argv[0]}: no answer within {timeout:.0f} s")
     return Captured(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_streamed(
+    argv: Sequence[str],
+    *,
+    feed: Iterable[bytes] | None = None,
+    sink: Callable[[bytes], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    chunk: int = 1 << 20,
+) -> Captured:
+    """Run a command with `feed`'s chunks written to its stdin, or its stdout handed to `sink` a chunk
+    at a time (bytes that never sit whole in memory: a model going over ssh); stderr is captured. A
+    command that stops reading ends the feed (its exit code says why); a missing program is 127."""
+    import threading
+
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            env=merged,
+            stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if sink is not None else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+    except FileNotFoundError:
+        return Captured(127, "", f"{argv[0]}: command not found")
+    errors: list[bytes] = []
+    drain = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    drain.start()
+    try:
+        if feed is not None:
+            try:
+                for block in feed:
+                    proc.stdin.write(block)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        if sink is not None:
+            while block := proc.stdout.read(chunk):
+                sink(block)
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    drain.join()
+    return Captured(code, "", b"".join(errors).decode("utf-8", "replace"))

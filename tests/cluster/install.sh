@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install, from Debian's own packages, what the Slurm test cluster needs: slurmctld, slurmd, the
-# client tools, munge, iproute2 (namespaces and the bridge of the multi-node cluster) and the
-# shell linter `shellcheck` (tests lint rendered job scripts). Run as root. Idempotent: installs
+# client tools, munge, iproute2 (namespaces and the bridge of the multi-node cluster), the
+# shell linter `shellcheck` (tests lint rendered job scripts) and OpenSSH's server (the tests of a
+# federation's exchange over ssh start their own sshd on a loopback port). Run as root. Idempotent: installs
 # only what is missing, runs `apt-get update` only then, and prints nothing unless it fails.
 set -euo pipefail
 
-PACKAGES=(slurmctld slurmd slurm-client munge iproute2 shellcheck)
+PACKAGES=(slurmctld slurmd slurm-client munge iproute2 shellcheck openssh-server openssh-client)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "tests/cluster/install.sh: must run as root (it installs Debian packages)" >&2

@@ -34,6 +34,14 @@ from ..checkpoints.manifest import (
 from ..distributed.fsdp_checkpoint import is_sharded_checkpoint
 from ..errors import UserError
 from ..rundir import RunDir, holds_run, run_of_model
+from ..transfer.package import (
+    PACKAGE_MANIFEST,
+    PACKAGE_WEIGHTS,
+    PackageWeights,
+    package_problems,
+    read_package,
+    weights_digest,
+)
 from ..weight_files.tensor_files import INDEX_SUFFIX, WeightFiles
 from .sharded_input import ShardedWeights
 
@@ -77,7 +85,7 @@ class ModelInput:
     """Absolute path of the directory holding the weights."""
     described: str
     """What the argument was found to be, for messages: 'checkpoint', 'run directory (its model/)', ..."""
-    weights: WeightFiles | ShardedWeights
+    weights: WeightFiles | ShardedWeights | PackageWeights
     """Safetensors files, or an FSDP checkpoint's shards read as the tensors of a saved model."""
     adapter: bool
     """LoRA adapters (adapter_model.safetensors + adapter_config.json) rather than a full model."""
@@ -115,8 +123,9 @@ class ModelInput:
         return self.weights.paths + [self.directory / name for name in self.side_files]
 
 
-def resolve_input(arg: str | Path) -> ModelInput:
-    """What `arg` names (see the module's table); UserError with the way out when it holds no usable weights."""
+def resolve_input(arg: str | Path, delta_base: str | Path | None = None) -> ModelInput:
+    """What `arg` names (see the module's table); UserError with the way out when it holds no usable weights.
+    `delta_base`: the model a transfer package's change was taken from (a federation's previous global model)."""
     text = str(arg)
     path = Path(text).expanduser().absolute()
     if not path.exists():
@@ -125,12 +134,63 @@ def resolve_input(arg: str | Path) -> ModelInput:
         raise UserError(
             f"MODEL {text}: is a file; give the directory that holds the weights (a run, a checkpoint or a saved model)"
         )
+    if (path / PACKAGE_MANIFEST).is_file():
+        return _package(text, path, delta_base)
     if (path / MANIFEST_FILE).is_file():
         return _checkpoint(text, path, "checkpoint")
     if holds_run(path):
         return _run(text, path)
     described, tokens, samples = _model_counts(path)
     return _make(text, path, described, tokens, samples)
+
+
+def _package(text: str, path: Path, delta_base: str | Path | None) -> ModelInput:
+    """A site's result as it travelled (supertune.transfer): decoded a slice at a time, onto its base
+    when it holds a change; its files' sizes now, their sha256 while the average reads them."""
+    label = f"MODEL {text}"
+    package = read_package(path, label)
+    damaged = package_problems(package, hashes=False)
+    if damaged:
+        raise UserError(f"{label}: {damaged[0]}; the transfer package is damaged, send it again")
+    base = None
+    if package.delta:
+        if delta_base is None:
+            raise UserError(f"{label}: holds a change from a global model; give that model as the delta base")
+        base = resolve_input(delta_base).weights
+        if cached_digest(base) != package.base:
+            raise UserError(
+                f"{label}: holds a change from another model than {delta_base} (the sha256 of its weights differ); "
+                "it can only be added to the global model it was taken from"
+            )
+    adapter = ADAPTER_CONFIG in package.files
+    counts = package.counts
+    source = f"transfer package ({PACKAGE_MANIFEST})"
+    tokens, samples = counts.get("tokens"), counts.get("samples")
+    return ModelInput(
+        arg=text,
+        directory=path,
+        described=f"transfer package ({package.codec.name}{', a change' if package.delta else ''})",
+        weights=PackageWeights(package, base, label),
+        adapter=adapter,
+        tokens=tokens if isinstance(tokens, int) else None,
+        tokens_source=source,
+        samples=samples if isinstance(samples, int) else None,
+        samples_source=source,
+        side_files=[f for f in package.files if f != PACKAGE_WEIGHTS],
+        model_files=package.files,
+    )
+
+
+_DIGESTS: dict[tuple, dict[str, str]] = {}
+
+
+def cached_digest(weights) -> dict[str, str]:
+    """weights_digest, once per file version in this process: the base of every site's change is the
+    same global model, hashed once (about 1 s per GB) rather than once per site."""
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in weights.paths)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = weights_digest(weights)
+    return _DIGESTS[key]
 
 
 def _run(text: str, path: Path) -> ModelInput:

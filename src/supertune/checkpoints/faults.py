@@ -12,7 +12,8 @@ Outside saves: step (after an optimizer step), resume.loaded (a checkpoint was c
 is about to continue from it), final.model (final model written, no summary yet).
 Averaging (`supertune average`, where "step" counts tensors): average.tensor (that many tensors
 averaged and written into the staging directory), average.written (every shard written, the output
-not yet renamed into place).
+not yet renamed into place). A transfer package (supertune.transfer): transfer.tensor (that many of
+its stored tensors written into the staging directory).
 
 With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
 just before), so that processes restarted by torchrun with the same environment run through.

@@ -24,6 +24,7 @@ def epilog() -> str:
         "  supertune federate runs/llama-2sites --drop karolina # go on without a site that cannot (its rounds stay in the table)\n"
         "  supertune federate runs/llama-2sites --skip-site lumi  # leave a site out of the next round only\n"
         "  supertune federate federation.yaml --plan            # expected node-hours and bytes of the rounds left\n"
+        "  supertune federate runs/llama-2sites --plan --link link.json   # and each round's time over a measured link\n"
         "\n"
         "The federation config and its keys: docs/federated.md.\n"
     )
@@ -50,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--plan",
         action="store_true",
         help="print the expected node-hours and bytes of every round still to run, per site, from the config and the rounds run; run nothing",
+    )
+    p.add_argument(
+        "--link",
+        metavar="FILE",
+        help="with --plan: also forecast each round's time (train, upload, wait, download) from a link measured by "
+        "`supertune doctor --exchange URL --out FILE`",
     )
     p.add_argument(
         "--drop",
@@ -86,11 +93,17 @@ def run(args: argparse.Namespace) -> int:
             option = "--drop" if args.drop else "--skip-site"
             which = "--plan" if args.plan else "--dry-run"
             raise UserError(f"{which} and {option}: {which} changes nothing; leave out {option} to see the plan")
+        if args.link and not args.plan:
+            raise UserError("--link: only with --plan, whose forecast it feeds")
         from ..federation import federation_cost_plan, federation_plan
 
-        show = federation_cost_plan if args.plan else federation_plan
-        sys.stdout.write(show(args.federation, args.dir))
+        if args.plan:
+            sys.stdout.write(federation_cost_plan(args.federation, args.dir, link=args.link))
+        else:
+            sys.stdout.write(federation_plan(args.federation, args.dir))
         return 0
+    if args.link:
+        raise UserError("--link: only with --plan, whose forecast it feeds")
     from ..federation import federate
     from ..train.logging_setup import setup_logging
 

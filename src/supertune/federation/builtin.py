@@ -57,6 +57,14 @@ def _job_exit(state) -> str:
     return f"job {state.state}"
 
 
+def _package_size(directory: Path) -> str:
+    from ..transfer import read_package
+
+    package = read_package(directory)
+    what = "its change" if package.delta else "its model"
+    return f"{what} in {package.codec.name}, {package.sent_weight_bytes / 1e6:.2f} MB of weights"
+
+
 class BuiltinExecutor:
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed
@@ -72,6 +80,8 @@ class BuiltinExecutor:
                 for name, r in receipts.items()
                 if r
             }
+            if self.fed.transfer.active:
+                finished = self._sent(work, finished)
             sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
             log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
             average_round(
@@ -83,9 +93,23 @@ class BuiltinExecutor:
                 work.global_model,
                 work.averaged,
                 left_out=work.left_out,
+                delta_base=work.previous if self.fed.transfer.delta else None,
             )
         if work.evaluate:
             self._evaluate(work.evaluate, work.global_model)
+
+    def _sent(self, work: RoundWork, finished: dict[str, str]) -> dict[str, str]:
+        """Each finished site's result as it travels (transfer settings): a package in its folder of the round."""
+        from .layout import FederationDir
+        from .site_result import send_result
+
+        root = FederationDir(work.averaged.parent.parent)
+        packages = {}
+        for name, checkpoint in finished.items():
+            out = send_result(self.fed, root, work.number, name, checkpoint, work.previous)
+            log.info("%s round %d: sends %s (%s)", name, work.number, out, _package_size(out))
+            packages[name] = str(out)
+        return packages
 
     # -- training ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .layout import FederationDir
+from .round_forecast import PlannedRow, forecast_lines
 from .schema import FederationConfig
 from .sites import SitePlan
 
@@ -25,7 +26,8 @@ __all__ = ["cost_plan_text"]
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
-def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> str:
+def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, link=None) -> str:
+    """The plan's text; with `link` (round_forecast.Link), also the time of each round left."""
     from ..config.job_values import time_problem, time_seconds
     from .history import dropped_sites
     from .receipts import read_receipt
@@ -48,6 +50,7 @@ def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: Federatio
     ]
     total_hours = total_sent = total_received = 0.0
     unknown: set[str] = set()
+    planned: list[PlannedRow] = []
     for number in range(first, fed.rounds + 1):
         for plan in plans:
             site, cfg = plan.site, plan.config
@@ -70,6 +73,9 @@ def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: Federatio
                 shown = f"- (at most {bound:.2f})" if bound else "-"
             total_sent += sent[site.name]
             total_received += received
+            timed = [r["train_s"] for r in rows if r["site"] == site.name and r["train_s"]]
+            per_step = sum(timed) / (len(timed) * site.steps_per_round) if timed else None
+            planned.append(PlannedRow(number, site.name, site.steps_per_round, sent[site.name], received, per_step))
             lines.append(
                 f"| {number} | {site.name} | {nodes} | {site.steps_per_round} | {shown} | "
                 f"{sent[site.name] / 1e6:.2f} | {received / 1e6:.2f} |"
@@ -80,6 +86,9 @@ def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: Federatio
         + (f" (without {', '.join(sorted(unknown))}: no round of theirs to measure yet)" if unknown else "")
         + f", {total_sent / 1e6:.2f} MB sent to the aggregator, {total_received / 1e6:.2f} MB received from it",
     ]
+    if link is not None:
+        averages = [r["average_s"] for r in rows if r["average_s"]]
+        lines += forecast_lines(fed, planned, link, sum(averages) / len(averages) if averages else 0.0)
     return "\n".join(lines) + "\n"
 
 
@@ -97,16 +106,42 @@ def _weights(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) 
         how = f"the model's weights, {full:,} bytes ({params:,} parameters x {cfg.model.dtype}, counted on the meta device)"
     mode = lora_sites(fed, [p.config for p in plans])
     if mode is None:
-        return {p.site.name: full for p in plans}, full, f"each site sends and receives {how}"
+        if not fed.transfer.active:
+            return {p.site.name: full for p in plans}, full, f"each site sends and receives {how}"
+        values = _values(base) if base.is_dir() else _parameters(fed, cfg, lora=False)
+        up, said = _encoded(fed, values)
+        return {p.site.name: up for p in plans}, full, f"each site sends {said}, and receives {how}"
     if fed.base_model:
         adapter, said = 0, "unknown before round 1 for a base model of its own (0 counted)"
     else:
         trainable = _parameters(fed, cfg, lora=True)
         adapter = trainable * _DTYPE_BYTES.get(cfg.model.dtype, 4)
         said = f"{adapter:,} bytes ({trainable:,} adapter parameters x {cfg.model.dtype})"
+        if fed.transfer.active:
+            adapter, said = _encoded(fed, trainable)
     down = adapter if mode == "adapters" else full
     what = "the global adapter" if mode == "adapters" else f"the merged global model, {how}"
     return {p.site.name: adapter for p in plans}, down, f"each site sends its LoRA adapter, {said}, and receives {what}"
+
+
+def _encoded(fed: FederationConfig, values: int) -> tuple[int, str]:
+    """Bytes of `values` weights encoded as transfer: says (a blockwise codec: a float32 scale per
+    block too), and how that was counted; a tensor's own dtype (`same`) counts 4 bytes a value."""
+    t = fed.transfer
+    per = {"same": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1 + 4 / t.block_size, "int4": 0.5 + 4 / t.block_size}[t.dtype]
+    what = "its change" if t.delta else "its model"
+    return int(values * per), f"{what} in {t.dtype}, {int(values * per):,} bytes ({values:,} values x {per:g} bytes)"
+
+
+def _values(directory: Path) -> int:
+    """Values of the floating-point tensors in a model directory's safetensors files (their headers only)."""
+    from ..transfer.codec import FLOAT_DTYPES
+    from ..weight_files.tensor_files import read_header
+
+    total = 0
+    for f in directory.glob("*.safetensors"):
+        total += sum(e.numel for e in read_header(f)[0].values() if e.dtype in FLOAT_DTYPES)
+    return total
 
 
 def _parameters(fed: FederationConfig, cfg, lora: bool) -> int:

@@ -13,6 +13,8 @@
       round-NNN/<site>/trained.json     receipt: local training finished and verified
       round-NNN/<site>/left_out.json    receipt: the site failed every attempt, was late or skipped; the round was averaged without it
       round-NNN/<site>/cost.json        every attempt of the site's training: job, nodes, submit, start and end times
+      round-NNN/<site>/sent/            with transfer settings: what the site sends, a transfer package (its
+                                        change or model, encoded; supertune.transfer) and its residual
       round-NNN/started.json            receipt: when the round's training started (round_deadline counts from it)
       round-NNN/global/                 the averaged model (supertune average's output; LoRA adapters: the global adapter)
       merged/                    LoRA sites, aggregation.lora: adapters: the last global adapter merged into the base
@@ -126,6 +128,12 @@ class SiteRoundDir:
         """Receipt: the site failed every attempt, was late or was skipped, and the round was averaged
         without it (its reason, its attempts)."""
         return self.path / "left_out.json"
+
+    @property
+    def sent(self) -> Path:
+        """With transfer settings: the site's result as a transfer package (supertune.transfer), with the
+        residual the site keeps for its next round's error feedback."""
+        return self.path / "sent"
 
     @property
     def cost(self) -> Path:

@@ -133,6 +133,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"aggregation.server_tau: must be a positive number (1e-3 is usual), got {a.server_tau}")
     if 1 <= fed.rounds <= MAX_ROUNDS:  # it walks every round
         p += _participation_problems(fed)
+    p += _transfer_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:
@@ -219,6 +220,25 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
     ]
     if uses and fed.executor == "streamflow":
         p.append(f"{uses[0]}: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
+    return p
+
+
+def _transfer_problems(fed: FederationConfig) -> list[str]:
+    t, p = fed.transfer, []
+    if not (8 <= t.block_size <= 65536 and t.block_size % 8 == 0):
+        p.append(f"transfer.block_size: must be a multiple of 8 from 8 to 65536 (64 is usual), got {t.block_size}")
+    if t.dtype in ("int8", "int4") and not t.delta:
+        p.append(
+            f"transfer.dtype: {t.dtype} quantises a change, not a model (weights lose too much in {t.dtype[3:]} bits); "
+            "set transfer.delta: true"
+        )
+    if t.delta and fed.aggregation.lora == "merged":
+        p.append(
+            "transfer.delta: with aggregation.lora: merged every round starts a fresh adapter, so there is no change to send; "
+            "use aggregation.lora: adapters, or transfer.delta: false"
+        )
+    if t.active and fed.executor == "streamflow":
+        p.append("transfer: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
     return p
 
 

@@ -28,7 +28,7 @@ from ..config.schema import RunConfig
 from .layout import FederationDir
 from .schema import FederationConfig
 
-__all__ = ["lora_sites", "lora_problems", "initial_adapter", "merge_final_adapter", "weight_bytes"]
+__all__ = ["lora_sites", "lora_problems", "initial_adapter", "merge_final_adapter", "holds_adapters", "weight_bytes"]
 
 
 def lora_sites(fed: FederationConfig, configs: list[RunConfig]) -> str | None:
@@ -119,9 +119,23 @@ def merge_final_adapter(fed: FederationConfig, base: Path, root: FederationDir) 
     return root.merged
 
 
+def holds_adapters(directory: Path) -> bool:
+    """Whether a site's checkpoint (or the transfer package it sent) holds LoRA adapters, not a model."""
+    from ..transfer import PACKAGE_MANIFEST, read_package
+
+    if (directory / PACKAGE_MANIFEST).is_file():
+        return "adapter_config.json" in read_package(directory).files
+    return (directory / "adapter_model.safetensors").is_file()
+
+
 def weight_bytes(directory: str | Path) -> int:
-    """Bytes of the weights a site sends (its checkpoint's adapters, or its model's safetensors), not its optimizer state."""
+    """Bytes of the weights a site sends (its checkpoint's adapters, or its model's safetensors, or the
+    transfer package it sent), not its optimizer state."""
+    from ..transfer import PACKAGE_MANIFEST, read_package
+
     path = Path(directory)
+    if (path / PACKAGE_MANIFEST).is_file():
+        return read_package(path).sent_weight_bytes
     adapters = path / "adapter_model.safetensors"
     if adapters.is_file():
         return adapters.stat().st_size

@@ -56,9 +56,11 @@ def average_round(
     out: Path,
     receipt: Path,
     left_out: dict[str, str] | None = None,
+    delta_base: Path | None = None,
 ) -> dict:
     """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt (with the
-    sites `left_out` of the round after failing, and why)."""
+    sites `left_out` of the round after failing, and why). `checkpoints` may be transfer packages (what
+    the sites sent), whose changes are from `delta_base`."""
     from ..averaging import ServerStep, average_checkpoints, read_average_manifest
 
     a = fed.aggregation
@@ -81,11 +83,11 @@ def average_round(
             tau=a.server_tau,
         )
     )
-    from .lora import weight_bytes
+    from .lora import holds_adapters, weight_bytes
 
     # LoRA sites with aggregation.lora: merged: the merged models are averaged, on the previous global model
     # (the server step then moves full tensors); adapters: the adapter tensors are (lora.py says why both).
-    adapters = bool(checkpoints) and (Path(checkpoints[0]) / "adapter_model.safetensors").is_file()
+    adapters = bool(checkpoints) and holds_adapters(Path(checkpoints[0]))
     merge_base = previous if adapters and a.lora == "merged" else None
     started = time.time()
     try:
@@ -93,7 +95,14 @@ def average_round(
     except ValueError:
         # One site left (the others dropped) is allowed: its model goes through the same writer and server step.
         manifest = average_checkpoints(
-            checkpoints, out, weights=weights, dtype=a.dtype, server=server, minimum_inputs=1, merge_base=merge_base
+            checkpoints,
+            out,
+            weights=weights,
+            dtype=a.dtype,
+            server=server,
+            minimum_inputs=1,
+            merge_base=merge_base,
+            delta_base=delta_base,
         )
     record = {
         "round": number,

@@ -134,18 +134,21 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     return "\n".join(lines + scripts) + "\n"
 
 
-def federation_cost_plan(path: str | None, explicit_dir: str | None) -> str:
-    """The expected node-hours and bytes of the rounds still to run (cost_plan.py); writes nothing."""
+def federation_cost_plan(path: str | None, explicit_dir: str | None, link: str | None = None) -> str:
+    """The expected node-hours and bytes of the rounds still to run (cost_plan.py), and with `link` (a
+    `doctor --exchange --out` file) the time of each (round_forecast.py); writes nothing."""
     from .cost_plan import cost_plan_text
     from .history import active_federation
+    from .round_forecast import read_link
     from .sites import resolve_sites
 
+    measured = read_link(link) if link else None
     fed, resumed = load_federation(path)
     root = federation_dir(fed, resumed, explicit_dir)
     if not root.config.is_file():
         check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
     active = active_federation(fed, root) if root.config.is_file() else fed
-    return cost_plan_text(active, resolve_sites(active), root)
+    return cost_plan_text(active, resolve_sites(active), root, link=measured)
 
 
 def _dir_option(fed: FederationConfig, explicit_dir: str | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "FederationConfig"]
+__all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "TransferConfig", "FederationConfig"]
 
 
 @dataclass
@@ -33,6 +33,23 @@ class AggregationConfig:
     """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
     lora: Literal["adapters", "merged"] = "adapters"
     """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated.md."""
+
+
+@dataclass
+class TransferConfig:
+    """What each site sends to the aggregator after its training (docs/federated.md, "Sending less")."""
+
+    delta: bool = False
+    """Send the change from the round's global model instead of the model (with error feedback: what dtype loses of it is added to the site's next change)."""
+    dtype: Literal["same", "bf16", "fp16", "int8", "int4"] = "same"
+    """How the values travel: same (each tensor's own dtype), bf16, fp16 (2 bytes a value), int8 or int4 (blockwise absmax quantisation, 1 or 0.5 byte a value + 4/block_size; need delta)."""
+    block_size: int = 64
+    """int8, int4: values per block sharing one float32 scale; a multiple of 8 from 8 to 65536 (smaller: more precise, more bytes)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether sites send a transfer package rather than their checkpoint's weights."""
+        return self.delta or self.dtype != "same"
 
 
 @dataclass
@@ -107,6 +124,8 @@ class FederationConfig:
     """Seconds between looks at a site's SLURM job while waiting for it."""
     streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)
     """StreamFlow settings."""
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    """What sites send: their model or their change, and in which dtype."""
     benchmarks: list[str] = field(default_factory=list)
     """lm-evaluation-harness tasks run on every round's global model, in the federation's own process after the round: supertune_corpus (the embedded, offline), a harness task (its data in the local Hugging Face datasets cache) or a task YAML file; the round table (rounds.md, rounds.json) gains their scores; []: none."""
     sites: list[SiteConfig] = field(default_factory=list)

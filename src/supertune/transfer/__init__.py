@@ -1,0 +1,24 @@
+"""What a site sends: its model or its change from the round's global model, encoded (fp32, bf16,
+fp16, blockwise int8) into a transfer package with a manifest, with error feedback kept at the site;
+and the package read back a slice at a time. See codec.py and package.py."""
+
+from .codec import CODECS, Codec
+from .package import (
+    PACKAGE_MANIFEST,
+    Package,
+    PackageWeights,
+    package_problems,
+    read_package,
+    write_package,
+)
+
+__all__ = [
+    "CODECS",
+    "Codec",
+    "PACKAGE_MANIFEST",
+    "Package",
+    "PackageWeights",
+    "package_problems",
+    "read_package",
+    "write_package",
+]
