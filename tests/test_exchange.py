@@ -192,3 +192,27 @@ def test_the_forecast_names_what_dominates_a_round_and_what_shortens_it():
     assert "dominant: train; the link is not what a round waits for" in "\n".join(
         forecast_lines(FederationConfig(), slow, link, 0.0)
     )
+
+
+def test_agents_settings_are_checked_with_the_federation(tmp_path):
+    from supertune.config.errors import ConfigError
+    from supertune.federation.load import load_federation
+
+    def problems(**config) -> str:
+        path = tmp_path / "federation.yaml"
+        path.write_text(json.dumps({"rounds": 1, "sites": [{"name": "a"}, {"name": "b"}], **config}))
+        with pytest.raises(ConfigError) as info:
+            load_federation(path)
+        return str(info.value)
+
+    assert "exchange: executor: agents needs the exchange the sites meet at" in problems(executor="agents")
+    assert "exchange: only used with executor: agents" in problems(exchange=str(tmp_path))
+    assert "exchange: 'ftp://x/y': only ssh:// addresses" in problems(executor="agents", exchange="ftp://x/y")
+    said = problems(executor="agents", exchange=str(tmp_path), aggregation={"min_sites": 1})
+    assert "aggregation.min_sites: not supported with executor: agents yet" in said
+    # an agent's config and cluster profile are at its site: the coordinator does not look for them here
+    path = tmp_path / "ok.yaml"
+    path.write_text(json.dumps({"executor": "agents", "exchange": str(tmp_path / "x"), "rounds": 1,
+                                "sites": [{"name": "a", "config": "a.yaml", "where": "leonardo"}, {"name": "b"}]}))  # fmt: skip
+    fed, _ = load_federation(path)
+    assert fed.sites[0].config == "a.yaml"

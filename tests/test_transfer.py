@@ -1,14 +1,12 @@
 """Sending less (docs/federated.md, "Sending less"): a site's model or change encoded into a transfer
 package (its own dtype, bf16, fp16, blockwise int8), read back a slice at a time and averaged onto the
 round's global model; error feedback sends in later rounds what int8 rounded away; a damaged package,
-or one taken from another model, is refused; a federation whose sites send int8 changes."""
+or one taken from another model, is refused. A federation whose sites send int8 changes:
+tests/test_federation_agents.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +17,6 @@ from safetensors.numpy import load_file, save_file
 from supertune.averaging import average_checkpoints
 from supertune.config.errors import ConfigError
 from supertune.errors import UserError
-from supertune.federation.default import site_corpus
 from supertune.federation.load import load_federation
 from supertune.transfer import PACKAGE_MANIFEST, Codec, PackageWeights, read_package, write_package
 from supertune.transfer import package as package_module
@@ -223,87 +220,6 @@ def test_transfer_settings_are_checked_with_the_federation(tmp_path):
         ConfigError, match="transfer.delta: with aggregation.lora: merged every round starts a fresh adapter"
     ):
         load_federation(path)
-
-
-@pytest.mark.slow
-def test_a_federation_whose_sites_send_int8_changes(tmp_path):
-    """Two sites, two rounds: what each site sent is what the round averaged (the global model is the
-    previous one plus the weighted decoded changes), round 2's change carries round 1's residual, the
-    bytes in the table are the packages', and the packages are made again bit for bit."""
-    sites = []
-    for name in ("site-a", "site-b"):
-        train, validation = site_corpus(name)
-        overrides = [f"data.train_files={train}", f"data.validation_files={validation}", "generate.max_new_tokens=0",
-                     "training.report_to=[]", "data.max_eval_samples=16", "training.warmup_steps=0"]  # fmt: skip
-        sites.append({"name": name, "overrides": overrides, "steps_per_round": 4})
-    config = {"name": "sendless", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "sites": sites,
-              "transfer": {"delta": True, "dtype": "int8", "block_size": 64}}  # fmt: skip
-    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    fed = tmp_path / "fed"
-    proc = subprocess.run(
-        [sys.executable, "-m", "supertune", "federate", str(tmp_path / "federation.yaml"), "--dir", str(fed)],
-        capture_output=True, text=True, env=dict(os.environ), timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "site-a round 2: sends" in proc.stderr and "its change in int8" in proc.stderr
-
-    def model(directory: Path) -> dict[str, np.ndarray]:
-        out = {}
-        for f in sorted(directory.glob("*.safetensors")):
-            out.update(load_file(str(f)))
-        return out
-
-    model_bytes = sum(f.stat().st_size for f in (fed / "round-000" / "global").glob("*.safetensors"))
-    for number in (1, 2):
-        rd = fed / f"round-{number:03d}"
-        averaged = json.loads((rd / "averaged.json").read_text())
-        previous, now = model(fed / f"round-{number - 1:03d}" / "global"), model(rd / "global")
-        expected = {n: previous[n].astype(np.float64) for n in previous}
-        for site in ("site-a", "site-b"):
-            sent = rd / site / "sent"
-            assert averaged["sent_bytes"][site] == (sent / "transfer.safetensors").stat().st_size
-            assert averaged["sent_bytes"][site] < 0.27 * model_bytes  # fp32 model: int8 is ~1/4 of it
-            for n, d in _decoded(sent, 64).items():
-                expected[n] += averaged["weights"][site] * d
-        assert max(float(np.abs(now[n] - expected[n]).max()) for n in now) < 1e-6
-    # error feedback: round 2's change (decoded, plus what it kept) is the site's true change plus round 1's residual
-    site = fed / "round-002" / "site-a"
-    trained = json.loads((site / "trained.json").read_text())
-    x = load_file(str(Path(trained["checkpoint"]) / "model.safetensors"))
-    g1 = model(fed / "round-001" / "global")
-    r1 = load_file(str(fed / "round-001" / "site-a" / "sent" / "residual.safetensors"))
-    r2 = load_file(str(site / "sent" / "residual.safetensors"))
-    d2 = _decoded(site / "sent", 64)
-    assert max(float(np.abs(d2[n] + r2[n] - (x[n] - g1[n] + r1[n])).max()) for n in r2) < 1e-6
-    assert max(float(np.abs(r1[n]).max()) for n in r1) > 0
-    # A federation killed while a package is written (SIGKILL in the middle of its tensors) makes it
-    # again from the same inputs, byte for byte: the half-written staging directory is cleared.
-    table = json.loads((fed / "rounds.json").read_text())
-    assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"]["site-a"]] * 4
-    again = fed / "again"
-    (again / "round-002" / "site-a").mkdir(parents=True)
-    (again / "round-001" / "site-a").mkdir(parents=True)
-    os.symlink(fed / "round-001" / "site-a" / "sent", again / "round-001" / "site-a" / "sent")
-    send = (
-        "import sys; from pathlib import Path; from supertune.federation.layout import FederationDir; "
-        "from supertune.federation.load import load_federation; from supertune.federation.site_result import send_result; "
-        "fed, _ = load_federation(sys.argv[1]); "
-        "send_result(fed, FederationDir(sys.argv[2]), 2, 'site-a', sys.argv[3], Path(sys.argv[4]))"
-    )
-    argv = [sys.executable, "-c", send, str(fed), str(again), trained["checkpoint"], str(fed / "round-001" / "global")]
-    killed = subprocess.run(
-        argv, env=dict(os.environ, SUPERTUNE_FAULT="transfer.tensor@5"), capture_output=True, timeout=300
-    )
-    assert killed.returncode == -9 and list((again / "round-002" / "site-a").glob(".sent.partial-*"))
-    assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0
-    assert not list((again / "round-002" / "site-a").glob(".sent.partial-*"))
-    for f in ("transfer.safetensors", "residual.safetensors", PACKAGE_MANIFEST):
-        assert (again / "round-002" / "site-a" / "sent" / f).read_bytes() == (site / "sent" / f).read_bytes(), f
-    # --plan counts what the packages weigh: the values (headers of the base's files) x 1 + 4/64 bytes
-    plan = subprocess.run([sys.executable, "-m", "supertune", "federate", str(fed), "--plan"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    planned = int(plan.stdout.split("each site sends its change in int8, ")[1].split(" bytes")[0].replace(",", ""))
-    assert 0 < averaged["sent_bytes"]["site-a"] - planned < 4096, plan.stdout
 
 
 def test_lora_adapters_travel_as_packages_and_average_into_an_adapter(tmp_path):

@@ -24,6 +24,7 @@ def epilog() -> str:
         "  supertune federate runs/llama-2sites --drop karolina # go on without a site that cannot (its rounds stay in the table)\n"
         "  supertune federate runs/llama-2sites --skip-site lumi  # leave a site out of the next round only\n"
         "  supertune federate federation.yaml --plan            # expected node-hours and bytes of the rounds left\n"
+        "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed   # a site's agent (executor: agents)\n"
         "  supertune federate runs/llama-2sites --plan --link link.json   # and each round's time over a measured link\n"
         "\n"
         "The federation config and its keys: docs/federated.md.\n"
@@ -51,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--plan",
         action="store_true",
         help="print the expected node-hours and bytes of every round still to run, per site, from the config and the rounds run; run nothing",
+    )
+    p.add_argument(
+        "--site",
+        metavar="NAME",
+        help="run the agent of site NAME (executor: agents): FEDERATION is then the exchange (a directory or "
+        "ssh://[user@]host[:port]/path); it trains the site's rounds here and meets the coordinator there",
     )
     p.add_argument(
         "--link",
@@ -106,6 +113,18 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--link: only with --plan, whose forecast it feeds")
     from ..federation import federate
     from ..train.logging_setup import setup_logging
+
+    if args.site:
+        if not args.federation or args.drop or args.skip_site:
+            raise UserError(
+                "--site NAME EXCHANGE: give the exchange (a directory or ssh://[user@]host[:port]/path), and no --drop/--skip-site"
+            )
+        from ..federation.site_agent import run_agent
+
+        setup_logging()
+        agent_dir = run_agent(args.site, args.federation, args.dir)
+        print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}")
+        return 0
 
     setup_logging()
 

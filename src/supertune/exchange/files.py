@@ -34,6 +34,8 @@ __all__ = ["Exchange"]
 log = logging.getLogger("supertune")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PARTIAL = ".partial"
+LOGGED = 1_000_000
+"""Files of at least this many bytes get a line in the log when they arrive (records and configs do not)."""
 
 
 class _Progress:
@@ -116,6 +118,12 @@ class Exchange:
         partial = target + PARTIAL
         self._retrying(f"put {name}", lambda: (self.host.makedirs(target.rsplit("/", 1)[0]), {})[1])
         started = time.monotonic()
+        there = self._retrying(f"put {name}", lambda: {"size": self.host.size(target)})
+        if (
+            there["size"] == total
+            and self._retrying(f"put {name}", lambda: {"sha": self.host.sha256(target)})["sha"] == digest
+        ):
+            return {"size": total, "sha256": digest, "sent": 0, "seconds": 0.0}  # put whole before (a resumed publish)
         moved = {"bytes": 0}
 
         def attempt() -> dict:
@@ -136,7 +144,7 @@ class Exchange:
                 self.host.remove(partial)
                 raise Dropped("the file arrived with another sha256; sending it again")
             self.host.rename(partial, target)
-            if total:
+            if total >= LOGGED:
                 self.report(progress.line())
             return {"size": total, "sha256": digest, "sent": moved["bytes"], "seconds": time.monotonic() - started}
 
@@ -178,11 +186,76 @@ class Exchange:
                     )
                 raise Dropped("the file arrived with another sha256 than its manifest's; getting it again")
             partial.replace(local)
-            if size:
+            if size >= LOGGED:
                 self.report(progress.line())
             return {"size": size, "sha256": sha256, "got": moved["bytes"], "seconds": time.monotonic() - started}
 
         return self._retrying(f"get {name}", attempt)
+
+    def put_json(self, name: str, data: dict) -> None:
+        """A small JSON record (a receipt, a manifest), put whole by the same protocol."""
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="supertune-put-") as tmp:
+            local = Path(tmp) / "record.json"
+            local.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            self.put_file(local, name)
+
+    def get_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
+        """A small file whole (a record, the federation config), or None while it is not on the exchange."""
+
+        def attempt() -> dict:
+            size = self.host.size(self.path(name))
+            if size is None:
+                return {"absent": True}
+            if size > limit:
+                raise UserError(
+                    f"exchange {self.address.text}: {name} is {size} bytes, more than a record holds; it is not used"
+                )
+            chunks: list[bytes] = []
+            self.host.read(self.path(name), 0, chunks.append)
+            return {"data": b"".join(chunks)}
+
+        got = self._retrying(f"get {name}", attempt)
+        return None if got.get("absent") else got["data"]
+
+    def get_json(self, name: str, limit: int = 1 << 20) -> dict | None:
+        """A small JSON record, or None while it is not on the exchange; UserError when it is no record."""
+        import json
+
+        raw = self.get_small(name, limit)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise UserError(
+                f"exchange {self.address.text}: {name} is not a JSON record ({exc}); it is not used"
+            ) from None
+        if not isinstance(data, dict):
+            raise UserError(f"exchange {self.address.text}: {name} is not a JSON object; it is not used")
+        return data
+
+    def put_tree(self, local: Path, prefix: str, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
+        """Every file under `local` (none partial, none named in `leave_out`) put under `prefix`; the
+        table {name: {size, sha256}}."""
+        table = {}
+        kept = (p for p in local.rglob("*") if p.is_file() and not p.name.endswith(PARTIAL) and p.name not in leave_out)
+        for path in sorted(kept):
+            rel = path.relative_to(local).as_posix()
+            put = self.put_file(path, f"{prefix}/{rel}")
+            table[rel] = {"size": put["size"], "sha256": put["sha256"]}
+        return table
+
+    def get_tree(self, prefix: str, table: dict[str, dict], local: Path) -> None:
+        """Every file of `table` under `prefix` into `local`, each checked against the table's size and sha256."""
+        for rel, entry in sorted(table.items()):
+            self.path(rel)  # a plain relative name, or ValueError: never a path out of `local`
+            target = local / rel
+            if target.is_file() and target.stat().st_size == entry["size"] and sha256_file(target) == entry["sha256"]:
+                continue
+            self.get_file(f"{prefix}/{rel}", target, int(entry["size"]), str(entry["sha256"]))
 
     def remove(self, name: str) -> None:
         self._retrying(f"remove {name}", lambda: (self.host.remove(self.path(name)), {})[1])

@@ -22,7 +22,7 @@ from .receipts import checked_checkpoint, read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig
 
-__all__ = ["BuiltinExecutor", "FederationError"]
+__all__ = ["BuiltinExecutor", "FederationError", "average_phase"]
 
 log = logging.getLogger("supertune")
 
@@ -65,6 +65,24 @@ def _package_size(directory: Path) -> str:
     return f"{what} in {package.codec.name}, {package.sent_weight_bytes / 1e6:.2f} MB of weights"
 
 
+def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
+    """The round's average of what the sites that finished sent (checkpoints, or transfer packages whose
+    changes are from the round's starting global model), with its receipt."""
+    sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
+    log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
+    average_round(
+        fed,
+        work.number,
+        list(finished),
+        list(finished.values()),
+        work.previous,
+        work.global_model,
+        work.averaged,
+        left_out=work.left_out,
+        delta_base=work.previous if fed.transfer.delta else None,
+    )
+
+
 class BuiltinExecutor:
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed
@@ -82,19 +100,7 @@ class BuiltinExecutor:
             }
             if self.fed.transfer.active:
                 finished = self._sent(work, finished)
-            sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
-            log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
-            average_round(
-                self.fed,
-                work.number,
-                list(finished),
-                list(finished.values()),
-                work.previous,
-                work.global_model,
-                work.averaged,
-                left_out=work.left_out,
-                delta_base=work.previous if self.fed.transfer.delta else None,
-            )
+            average_phase(self.fed, work, finished)
         if work.evaluate:
             self._evaluate(work.evaluate, work.global_model)
 

@@ -92,7 +92,7 @@ def _absolute_paths(fed: FederationConfig, base: Path) -> None:
         return str(expanded if expanded.is_absolute() else (base / expanded).absolute())
 
     for site in fed.sites:
-        if site.config:
+        if site.config and fed.executor != "agents":  # an agent's config is a path at its site
             site.config = absolute(site.config)
     if fed.streamflow.ssh_key:
         fed.streamflow.ssh_key = absolute(fed.streamflow.ssh_key)
@@ -134,6 +134,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     if 1 <= fed.rounds <= MAX_ROUNDS:  # it walks every round
         p += _participation_problems(fed)
     p += _transfer_problems(fed)
+    p += _exchange_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:
@@ -148,7 +149,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         seen.add(site.name)
         if site.steps_per_round < 1:
             p.append(f"{where}.steps_per_round: must be at least 1, got {site.steps_per_round}")
-        if site.config and not Path(site.config).is_file():
+        if site.config and fed.executor != "agents" and not Path(site.config).is_file():
             kind = "is not a regular file" if Path(site.config).exists() else "does not exist"
             p.append(f"{where}.config: {site.config!r} {kind}; give the site's run config YAML")
         if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
@@ -161,7 +162,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
                     )
         else:
             p += _streamflow_site_problems(where, site)
-        if site.where != "local":
+        if site.where != "local" and fed.executor != "agents":  # an agent's profile is at its site
             p += _cluster_problem(where, site.where)
     if fed.executor == "streamflow" and fed.streamflow.ssh_key and not Path(fed.streamflow.ssh_key).is_file():
         p.append(
@@ -221,6 +222,30 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
     if uses and fed.executor == "streamflow":
         p.append(f"{uses[0]}: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
     return p
+
+
+def _exchange_problems(fed: FederationConfig) -> list[str]:
+    if fed.executor == "agents" and not fed.exchange:
+        return [
+            "exchange: executor: agents needs the exchange the sites meet at: a directory or ssh://[user@]host[:port]/path"
+        ]
+    if fed.exchange and fed.executor != "agents":
+        return ["exchange: only used with executor: agents; remove it or set executor: agents"]
+    if fed.exchange:
+        from ..errors import UserError
+        from ..exchange import parse_exchange
+
+        try:
+            parse_exchange(fed.exchange)
+        except UserError as exc:
+            return [str(exc)]
+    if fed.executor == "agents":
+        uses = [k for k, on in (("aggregation.min_sites", fed.aggregation.min_sites is not None),
+                                ("site_retries", fed.site_retries > 0), ("round_deadline", bool(fed.round_deadline)),
+                                ("benchmarks", bool(fed.benchmarks))) if on]  # fmt: skip
+        if uses:
+            return [f"{uses[0]}: not supported with executor: agents yet; leave it out, or use executor: builtin"]
+    return []
 
 
 def _transfer_problems(fed: FederationConfig) -> list[str]:

@@ -32,7 +32,7 @@ from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
 from .tracked import GlobalSeries, tracking_overrides
 
-__all__ = ["Executor", "RoundWork", "SiteWork", "run_rounds", "site_config_file"]
+__all__ = ["Executor", "RoundWork", "SiteWork", "previous_checkpoint", "run_rounds", "site_config_file"]
 
 log = logging.getLogger("supertune")
 
@@ -183,13 +183,13 @@ def _round_work(
         work.trained[plan.site.name] = sd.trained
         if number and read_receipt(sd.trained) is None:
             if not sd.config.is_file():
-                kept = _previous_checkpoint(fed, root, number, plan.site.name)
+                kept = previous_checkpoint(fed, root, number, plan.site.name)
                 try:
                     resolved = round_resolution(
                         site_config_file(root, plan.site.name),
                         round_overrides(fed, plan, number, previous, kept)
                         + tracking_overrides(fed, plan, root, identity),
-                        files_here=not plan.site.login,
+                        files_here=not (plan.site.login or fed.executor == "agents"),
                     )
                 except UserError as exc:  # e.g. the site's data withdrawn since the federation started
                     raise UserError(f"{plan.site.name} round {number}: {exc}") from None
@@ -205,7 +205,7 @@ def _round_work(
     return work
 
 
-def _previous_checkpoint(fed: FederationConfig, root: FederationDir, number: int, site: str) -> Path | None:
+def previous_checkpoint(fed: FederationConfig, root: FederationDir, number: int, site: str) -> Path | None:
     if fed.optimizer_state != "kept" or number == 1:
         return None
     receipt = read_receipt(root.round(number - 1).site(site).trained)

@@ -194,6 +194,10 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
 
 
 def _executor(fed: FederationConfig, root: FederationDir):
+    if fed.executor == "agents":
+        from .agents import AgentsExecutor
+
+        return AgentsExecutor(fed, root)
     if fed.executor == "streamflow":
         from .streamflow import StreamFlowExecutor
 

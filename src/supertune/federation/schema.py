@@ -114,8 +114,10 @@ class FederationConfig:
     """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     """Averaging."""
-    executor: Literal["builtin", "streamflow"] = "builtin"
-    """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round."""
+    executor: Literal["builtin", "streamflow", "agents"] = "builtin"
+    """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round; agents: each site runs `supertune federate --site NAME EXCHANGE` and meets this machine at the exchange."""
+    exchange: str | None = None
+    """executor: agents: where the sites and this machine meet, a directory (a filesystem all of them mount) or ssh://[user@]host[:port]/absolute/path."""
     site_retries: int = 0
     """Times a site's failed training (non-zero exit, a checkpoint that does not match its manifest) is run again in the same round (within round_deadline), resuming from its latest checkpoint, before the site counts as failed."""
     round_deadline: str | None = None

@@ -23,6 +23,7 @@ __all__ = [
     "round_overrides",
     "round_resolution",
     "schedule_warning",
+    "base_overrides",
     "STRATEGIES_WITH_OWN_OPTIMIZER",
 ]
 
@@ -50,7 +51,13 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
         where = f"sites[{i}] ({site.name})"
         try:
             # A site reached over SSH keeps its files there: checked where they are when its first round starts.
-            res = resolve(site.config, [*site.overrides, *_base_overrides(fed, site)], files_here=not site.login)
+            # A site agent's config and files are at its site: the coordinator knows its overrides only.
+            agents = fed.executor == "agents"
+            res = resolve(
+                None if agents else site.config,
+                [*site.overrides, *_base_overrides(fed, site, here=not agents)],
+                files_here=not (site.login or agents),
+            )
         except ConfigError as exc:
             problems += [f"{where}: {p}" for p in exc.problems]
             continue
@@ -85,11 +92,12 @@ def schedule_warning(site: SiteConfig, cfg: RunConfig) -> str | None:
     )
 
 
-def _base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
-    """What the federation sets for every round, checked once here with round 1's global model (the base)."""
+def _base_overrides(fed: FederationConfig, site: SiteConfig, here: bool = True) -> list[str]:
+    """What the federation sets for every round, checked once here with round 1's global model (the base).
+    `here`: the site's cluster profile is one of this machine's (not an agent's, at its site)."""
     import yaml
 
-    overrides = ["model.from_config=false", f"launch.cluster={site.where}"]
+    overrides = ["model.from_config=false", f"launch.cluster={site.where if here else 'local'}"]
     if fed.base_model:
         overrides.append(f"model.name_or_path={fed.base_model}")
         overrides.append("model.config_overrides=")
@@ -141,3 +149,8 @@ def round_overrides(
 def round_resolution(plan_file: Path, overrides: list[str], files_here: bool = True) -> Resolution:
     """The site's run config for one round: its resolved base config file with the round's settings."""
     return resolve(plan_file, overrides, files_here=files_here)
+
+
+def base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
+    """What the federation sets for every round of `site`, as its agent resolves its config at the site."""
+    return _base_overrides(fed, site)

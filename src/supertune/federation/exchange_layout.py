@@ -1,0 +1,43 @@
+"""The files of a federation on its exchange (executor: agents), and who writes each. A record (a
+`.json`) is put after the files it describes, so its presence says they are whole; every file is put
+and got through the exchange's protocol (supertune.exchange: partial name, size and sha256 checked,
+one rename) and checked on receipt against the record's table.
+
+    federation.yaml                    the coordinator: the federation config (agents read their site's part)
+    global/round-NNN/<files>           the coordinator: the global model round NNN made (000: the base model)
+    global/round-NNN.json              the coordinator: {round, files: {name: {size, sha256}}}
+    sites/<site>/round-NNN/<files>     the site's agent: what it sends after round NNN (a transfer package)
+    sites/<site>/round-NNN.json        the site's agent: {round, files, step, tokens, samples, loss_tokens,
+                                       eval_loss, seconds, attempts}
+    sites/<site>/eval-NNN.json         the site's agent: {eval_loss, eval_tokens, seconds} of global model NNN
+                                       on its validation data
+
+The coordinator reads a site's results only from `sites/<site>/`; names are made here from the round
+number and the site names the federation config checked, never read from a listing.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CONFIG", "global_files", "global_record", "site_files", "site_record", "site_eval"]
+
+CONFIG = "federation.yaml"
+
+
+def global_files(number: int) -> str:
+    return f"global/round-{number:03d}"
+
+
+def global_record(number: int) -> str:
+    return f"global/round-{number:03d}.json"
+
+
+def site_files(site: str, number: int) -> str:
+    return f"sites/{site}/round-{number:03d}"
+
+
+def site_record(site: str, number: int) -> str:
+    return f"sites/{site}/round-{number:03d}.json"
+
+
+def site_eval(site: str, number: int) -> str:
+    return f"sites/{site}/eval-{number:03d}.json"

@@ -1,0 +1,186 @@
+"""`supertune federate --site NAME EXCHANGE`: a site's agent. It runs at the site (on its login node,
+in a `screen`, or as a chain of jobs), only ever connecting out to the exchange: it reads the
+federation config there, resolves its site's run config here (its `config`, a path at the site, and
+its overrides; its data checked here), then for every round: waits for the round's global model,
+gets and checks it, evaluates it on the site's validation data, trains the site's next round from it
+(as the built-in executor trains a site: local processes, or a SLURM job on `where`, with
+site_retries), encodes what it sends (supertune.transfer, with the federation's transfer settings;
+the residual stays here) and puts it on the exchange, its record last.
+
+It keeps its own directory (`--dir`, default runs/<federation>-<site>), laid out as a federation
+directory of one site: the global models it got, its runs, receipts and packages. Everything it puts
+on the exchange is checked there first (a record already there is a round done): a killed agent, run
+again, picks up where it was, and its training resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+from ..config.load import dump_config
+from ..errors import UserError
+from ..exchange import Exchange, parse_exchange
+from ..resolve import resolve
+from ..transfer.package import RESIDUAL_FILE
+from . import exchange_layout as names
+from .layout import FederationDir
+from .receipts import read_receipt
+from .schema import FederationConfig, SiteConfig
+
+__all__ = ["run_agent"]
+
+log = logging.getLogger("supertune")
+
+
+def run_agent(site_name: str, where: str, directory: str | None) -> FederationDir:
+    """Run the agent of `site_name` against the exchange `where` until the federation's last round."""
+    address = parse_exchange(where, "FEDERATION (the exchange, with --site)")
+    with Exchange(address) as exchange:
+        text = _wait_for_config(exchange, where)
+        fed = _federation(text)
+        site = next((s for s in fed.sites if s.name == site_name), None)
+        if site is None:
+            raise UserError(
+                f"--site: {site_name!r} is not a site of federation {fed.name}; its sites are {', '.join(s.name for s in fed.sites)}"
+            )
+        root = FederationDir(Path(directory or Path("runs") / f"{fed.name}-{site_name}").expanduser().absolute())
+        root.path.mkdir(parents=True, exist_ok=True)
+        root.config.write_text(text, encoding="utf-8")
+        agent = _Agent(fed, site, root, exchange)
+        agent.run()
+        return root
+
+
+def _wait_for_config(exchange: Exchange, where: str) -> str:
+    said = time.monotonic()
+    while True:
+        raw = exchange.get_small(names.CONFIG)
+        if raw is not None:
+            return raw.decode("utf-8")
+        if time.monotonic() - said >= 60:
+            said = time.monotonic()
+            log.info("waiting for the coordinator to put the federation config on %s", where)
+        time.sleep(5)
+
+
+def _federation(text: str) -> FederationConfig:
+    import tempfile
+
+    from .load import load_federation
+
+    with tempfile.TemporaryDirectory(prefix="supertune-agent-") as tmp:
+        path = Path(tmp) / "federation.yaml"
+        path.write_text(text, encoding="utf-8")
+        fed, _ = load_federation(path)
+    if fed.executor != "agents":
+        raise UserError(f"--site: the federation on the exchange runs with executor: {fed.executor}, not agents")
+    return fed
+
+
+class _Agent:
+    def __init__(self, fed: FederationConfig, site: SiteConfig, root: FederationDir, exchange: Exchange) -> None:
+        self.fed, self.site, self.root, self.exchange = fed, site, root, exchange
+        # the built-in executor of this one site trains its rounds, here or as its SLURM jobs
+        self.local = dataclasses.replace(fed, sites=[site], executor="builtin", exchange=None)
+
+    def _resolve(self, base: Path) -> None:
+        """The site's run config, resolved here: its own config, overrides and cluster profile, its data
+        checked as a run checks it, with the base model as the exchange gave it (a `base_model` path of the
+        coordinator's means nothing here)."""
+        from .site_configs import keep_site_configs
+        from .sites import SitePlan, base_overrides
+
+        overrides = [*self.site.overrides, *base_overrides(self.fed, self.site), f"model.name_or_path={base}",
+                     "model.config_overrides="]  # fmt: skip
+        resolution = resolve(self.site.config, overrides)
+        if resolution.config.model.lora.enabled:
+            raise UserError(f"sites ({self.site.name}): LoRA sites are not supported with executor: agents yet")
+        self.plan = SitePlan(self.site, resolution.config, dump_config(resolution.config))
+        keep_site_configs(self.root, {self.site.name: self.plan.text})
+
+    def run(self) -> None:
+        name = self.site.name
+        for number in range(0, self.fed.rounds + 1):
+            model = self._global_model(number)
+            if number == 0:
+                self._resolve(model)
+            if self.exchange.get_json(names.site_eval(name, number)) is None:
+                self._evaluate(number, model)
+            following = number + 1
+            if following <= self.fed.rounds and self.site.in_round(following):
+                if self.exchange.get_json(names.site_record(name, following)) is None:
+                    self._train_and_send(following, model)
+        log.info("site %s: the federation's %d rounds are done", name, self.fed.rounds)
+
+    def _global_model(self, number: int) -> Path:
+        said, since = time.monotonic(), time.monotonic()
+        while (record := self.exchange.get_json(names.global_record(number))) is None:
+            if time.monotonic() - said >= 60:
+                said = time.monotonic()
+                log.info(
+                    "site %s: waiting %.0f s for the global model of round %d", self.site.name, said - since, number
+                )
+            time.sleep(self.fed.poll_seconds)
+        model = self.root.round(number).global_model
+        files = record.get("files")
+        if not isinstance(files, dict) or not files:
+            raise UserError(
+                f"exchange: {names.global_record(number)} lists no files; the coordinator's record is damaged"
+            )
+        self.exchange.get_tree(names.global_files(number), files, model)
+        return model
+
+    def _evaluate(self, number: int, model: Path) -> None:
+        from .site_configs import site_config_file
+        from .site_eval import evaluate_at_site
+
+        receipt = self.root.round(number).site(self.site.name).evaluated
+        record = read_receipt(receipt) or evaluate_at_site(site_config_file(self.root, self.site.name), model, receipt)
+        log.info("site %s round %d: eval loss %.4f of the global model on this site's data", self.site.name, number,
+                 record["eval_loss"])  # fmt: skip
+        self.exchange.put_json(
+            names.site_eval(self.site.name, number),
+            {
+                "eval_loss": record["eval_loss"],
+                "eval_tokens": record.get("eval_tokens"),
+                "seconds": record.get("seconds"),
+            },
+        )
+
+    def _train_and_send(self, number: int, previous: Path) -> None:
+        from .builtin import BuiltinExecutor
+        from .rounds import RoundWork, SiteWork, previous_checkpoint
+        from .site_configs import site_config_file
+        from .site_result import send_result
+        from .sites import round_overrides, round_resolution
+
+        name = self.site.name
+        rd = self.root.round(number)
+        sd = rd.site(name)
+        if read_receipt(sd.trained) is None:
+            if not sd.config.is_file():
+                kept = previous_checkpoint(self.local, self.root, number, name)
+                resolved = round_resolution(
+                    site_config_file(self.root, name), round_overrides(self.fed, self.plan, number, previous, kept)
+                )
+                sd.path.mkdir(parents=True, exist_ok=True)
+                sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
+            work = SiteWork(self.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained)
+            BuiltinExecutor(self.local)._train(
+                RoundWork(number, previous, rd.global_model, rd.averaged, train=[work], trained={name: sd.trained})
+            )
+        trained = read_receipt(sd.trained)
+        assert trained is not None
+        sent = send_result(self.local, self.root, number, name, trained["checkpoint"], previous)
+        files = self.exchange.put_tree(sent, names.site_files(name, number), leave_out=(RESIDUAL_FILE,))
+        attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
+        record = {
+            key: trained.get(key) for key in ("step", "tokens", "loss_tokens", "samples", "eval_loss", "seconds", "run")
+        }
+        self.exchange.put_json(
+            names.site_record(name, number), {"round": number, "files": files, "attempts": attempts, **record}
+        )
+        log.info("site %s round %d: sent %s to the exchange", name, number, sent)
