@@ -6,13 +6,15 @@ One federation of the embedded default (two sites, each on its own corpus, as `s
 runs with no config) per arm, side by side in one run; the arms differ only in `transfer:`:
 
 - model-fp32: each site sends its model as trained (no transfer settings: the checkpoint's weights);
-- model-bf16: the model rounded to bf16 (transfer.dtype: bf16), the size every ratio below is against;
 - delta-bf16, delta-int8, delta-int4: the change from the round's global model, in bf16 or
   blockwise int8 or int4 (block 64), with error feedback.
 
+The bytes are compared with delta-bf16's, which are a bf16 model's but for a few bytes of header (2
+bytes a value, the same tensors): a site sending its model in bf16 sends as many.
+
 For each arm it reads the rounds' `averaged.json` (the weight bytes each site sent, as the round
 table shows them) and `rounds.json` (the last round's global eval loss on every site), prints a
-table with each arm's bytes as a fraction of model-bf16's and its mean final loss against
+table with each arm's bytes as a fraction of a bf16 model's and its mean final loss against
 model-fp32's, and writes bench/results/transfer.{json,md}. No test asserts any of it.
 """
 
@@ -33,7 +35,6 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ARMS = {
     "model-fp32": {},
-    "model-bf16": {"dtype": "bf16"},
     "delta-bf16": {"delta": True, "dtype": "bf16"},
     "delta-int8": {"delta": True, "dtype": "int8", "block_size": 64},
     "delta-int4": {"delta": True, "dtype": "int4", "block_size": 64},
@@ -105,7 +106,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="supertune-transfer-bench-") as tmp:
         rows = [_arm(name, ARMS[name], Path(tmp), args.rounds, args.steps) for name in args.arms]
     by = {r["arm"]: r for r in rows}
-    bf16 = by.get("model-bf16", {}).get("bytes_per_site_round")
+    bf16 = by.get("delta-bf16", {}).get("bytes_per_site_round")
     fp32 = by.get("model-fp32", {}).get("final_mean_loss")
     for r in rows:
         r["bytes_vs_bf16_model"] = r["bytes_per_site_round"] / bf16 if bf16 else None
