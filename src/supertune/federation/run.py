@@ -101,7 +101,9 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     for plan in plans:
         site, cfg = plan.site, plan.config
         place = (
-            f"over SSH at {site.login}"
+            f"by its agent at the site (supertune federate --site {site.name} {fed.exchange})"
+            if fed.executor == "agents"
+            else f"over SSH at {site.login}"
             if site.login
             else f"as Slurm jobs on {site.where}"
             if site.where != "local"
@@ -110,9 +112,13 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
         until = site.until_round or fed.rounds
         lines.append(
             f"# site {site.name}: rounds {site.from_round}-{until}, {site.steps_per_round} steps each, {place}, "
-            f"strategy {cfg.distributed.strategy}, global batch {cfg.training.global_batch_size or '-'}"
+            + (
+                "its run config read there"
+                if fed.executor == "agents"
+                else f"strategy {cfg.distributed.strategy}, global batch {cfg.training.global_batch_size or '-'}"
+            )
         )
-        if site.where != "local" and not site.login:
+        if site.where != "local" and not site.login and fed.executor != "agents":
             run_dir = root.round(site.from_round).site(site.name).run
             named = dataclasses.replace(
                 cfg, output=dataclasses.replace(cfg.output, name=f"{fed.name}-{site.name}-r{site.from_round:03d}")
