@@ -43,7 +43,9 @@ def test_the_dry_run_runs_every_check_and_writes_its_report(tmp_path):
     assert fsdp["mesh"] == {"dp_shard": 1} and fsdp["wrapper"].startswith("FSDP") and fsdp["saved dtype"] == "BF16"
     assert fsdp["sharded checkpoint"] == "checkpoint-4"
     resume = next(r for (check, _), r in rows.items() if check == "kill and resume")["figures"]
-    assert resume["killed exit"] == -9 and resume["resumed from"] == 4
+    assert (
+        resume["killed exit"] == -9 and resume["resumed from"] == 2
+    )  # the dry run: killed at step 3, a checkpoint every 2
     plain = rows[("throughput", "plain Trainer defaults (fp32)")]["figures"]
     assert (
         plain["parameters"]
