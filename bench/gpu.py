@@ -91,8 +91,21 @@ DRY_RUN_CHECKS = (
 )
 
 
+def refuse_unknown(only: list[str]) -> None:
+    """--only names that are no check: one line before anything runs or is written."""
+    names = [name for name, _ in plan(Checklist.__new__(Checklist))]  # the names only: no check is called
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise SystemExit(
+            f"bench/gpu.py: error: --only: no check named {', '.join(unknown)}; the checks: {', '.join(names)}"
+        )
+
+
 def main() -> int:
     a = parse()
+    if a.only:
+        # Before the wheels, the probe of the machine (a child importing torch) and the first report.
+        refuse_unknown(a.only)
     started = time.time()
     work = a.work or Path(tempfile.mkdtemp(prefix="supertune-gpu-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -111,11 +124,6 @@ def main() -> int:
     path = report.write(a.out, stem, title, facts, settings, [])
     checks = plan(checklist)
     only = a.only or (DRY_RUN_CHECKS if a.dry_run else None)
-    unknown = sorted(set(only or ()) - {name for name, _ in checks})
-    if unknown:
-        raise SystemExit(
-            f"bench/gpu.py: error: --only: no check named {', '.join(unknown)}; the checks: {', '.join(n for n, _ in checks)}"
-        )
     for name, check in checks:
         if only and name not in only:
             continue

@@ -2,9 +2,10 @@
 (0.2.0rc3, from .venv-streamflow, which scripts/env.sh makes):
 
 - two `local` deployments reach the same global model as the built-in executor on the same
-  federation; a finished federation run again starts no StreamFlow;
-- a round whose site training is killed fails with one line naming the round and StreamFlow's log,
-  leaves no process behind, and the same command then reaches the same global model;
+  federation, through a round whose average is killed: it fails with one line naming the round and
+  StreamFlow's log, leaves no process behind, and the same command runs what is left of it (one
+  federation for both claims: its sites' training and the base's evaluation run once, not twice);
+  a finished federation run again starts no StreamFlow;
 - a site on the real Slurm test cluster through StreamFlow's `slurm` deployment (sbatch run here):
   its training and evaluation run in the jobs StreamFlow submitted, with supertune's job scripts;
 - the generated streamflow.yml of a site behind a login node (slurm wrapping ssh), and the checks
@@ -111,12 +112,51 @@ def builtin_round(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_two_local_deployments_average_as_the_builtin_executor(
+def test_two_local_deployments_average_as_the_builtin_executor_and_finish_a_round_whose_average_was_killed(
     streamflow: str, builtin_round: Path, tmp_path: Path
 ) -> None:
+    """One federation through StreamFlow, its average killed in the first attempt: the round fails in
+    one line, the same command runs what is left of it, and the result is the built-in executor's
+    (global model, every receipt); run once more, it starts no StreamFlow."""
     fed_dir = tmp_path / "fed"
-    proc = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sf = fed_dir / "streamflow" / "round-001"
+    env = dict(os.environ, SUPERTUNE_FAULT="average.tensor@3")  # the average step kills itself after 3 tensors
+    failed = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir), env=env)
+    assert failed.returncode == 2, failed.stdout[-3000:] + failed.stderr[-3000:]
+    [line] = [x for x in failed.stderr.splitlines() if x.startswith("supertune: error:")]
+    assert "round 1: streamflow run failed" in line and "Traceback" not in failed.stderr
+    assert str(sf / "streamflow.log") in failed.stderr
+    assert not (fed_dir / "round-001" / "averaged.json").exists() and not (fed_dir / "round-001" / "global").exists()
+    assert _processes_mentioning(str(fed_dir)) == []  # StreamFlow's steps ended with it
+    # The sites' finished runs are recorded although the round failed: they are not run again.
+    assert {p.parent.name for p in (fed_dir / "round-001").glob("*/trained.json")} == {"here", "there"}
+    # What StreamFlow ran: one workflow per round, explicit steps, each site its own deployment.
+    workflow = yaml.safe_load((sf / "round.cwl").read_text())
+    assert list(workflow["steps"]) == ["train_here", "train_there", "average", "evaluate_here", "evaluate_there"]
+    config = yaml.safe_load((sf / "streamflow.yml").read_text())
+    assert {name: d["type"] for name, d in config["deployments"].items()} == {
+        "federation": "local",
+        "site.here": "local",
+        "site.there": "local",
+    }
+    assert config["database"]["config"]["connection"] == str(sf / "streamflow.db") and (sf / "streamflow.db").is_file()
+    first_log = (sf / "streamflow.log").stat().st_size
+
+    resumed = _federate(str(fed_dir))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert list(yaml.safe_load((sf / "round.cwl").read_text())["steps"]) == [
+        "average",
+        "evaluate_here",
+        "evaluate_there",
+    ]
+    job = yaml.safe_load((sf / "job.yml").read_text())
+    assert job["checkpoint_here"]["path"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
+    assert sorted(p.name for p in (sf / "out").iterdir()) == [
+        "averaged.json",
+        "evaluated-here.json",
+        "evaluated-there.json",
+    ]
+    assert "Traceback" not in (sf / "streamflow.log").read_text()[first_log:]
     assert _max_difference(_global(fed_dir), _global(builtin_round)) <= 1e-6
 
     # Every receipt the built-in executor writes, with the same counts.
@@ -136,53 +176,9 @@ def test_two_local_deployments_average_as_the_builtin_executor(
         < 1e-4
     )
 
-    # What StreamFlow ran: one workflow per round, explicit steps, each site its own deployment.
-    sf = fed_dir / "streamflow" / "round-001"
-    workflow = yaml.safe_load((sf / "round.cwl").read_text())
-    assert list(workflow["steps"]) == ["train_here", "train_there", "average", "evaluate_here", "evaluate_there"]
-    config = yaml.safe_load((sf / "streamflow.yml").read_text())
-    assert {name: d["type"] for name, d in config["deployments"].items()} == {
-        "federation": "local",
-        "site.here": "local",
-        "site.there": "local",
-    }
-    assert config["database"]["config"]["connection"] == str(sf / "streamflow.db") and (sf / "streamflow.db").is_file()
-    assert sorted(p.name for p in (sf / "out").iterdir()) == [
-        "averaged.json", "evaluated-here.json", "evaluated-there.json", "trained-here.json", "trained-there.json"]  # fmt: skip
-    assert "Traceback" not in (sf / "streamflow.log").read_text()
-
     again = _federate(str(fed_dir))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "streamflow run" not in again.stderr and _receipts(fed_dir) == ours
-
-
-@pytest.mark.slow
-def test_a_killed_average_fails_the_round_in_one_line_and_the_same_command_finishes_it(
-    streamflow: str, builtin_round: Path, tmp_path: Path
-) -> None:
-    fed_dir = tmp_path / "fed"
-    env = dict(os.environ, SUPERTUNE_FAULT="average.tensor@3")  # the average step kills itself after 3 tensors
-    failed = _federate(str(_federation(tmp_path, "streamflow")), "--dir", str(fed_dir), env=env)
-    assert failed.returncode == 2, failed.stdout[-3000:] + failed.stderr[-3000:]
-    [line] = [x for x in failed.stderr.splitlines() if x.startswith("supertune: error:")]
-    assert "round 1: streamflow run failed" in line and "Traceback" not in failed.stderr
-    assert str(fed_dir / "streamflow" / "round-001" / "streamflow.log") in failed.stderr
-    assert not (fed_dir / "round-001" / "averaged.json").exists() and not (fed_dir / "round-001" / "global").exists()
-    assert _processes_mentioning(str(fed_dir)) == []  # StreamFlow's steps ended with it
-    # The sites' finished runs are recorded although the round failed: they are not run again.
-    assert {p.parent.name for p in (fed_dir / "round-001").glob("*/trained.json")} == {"here", "there"}
-
-    resumed = _federate(str(fed_dir))
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    sf = fed_dir / "streamflow" / "round-001"
-    assert list(yaml.safe_load((sf / "round.cwl").read_text())["steps"]) == [
-        "average",
-        "evaluate_here",
-        "evaluate_there",
-    ]
-    job = yaml.safe_load((sf / "job.yml").read_text())
-    assert job["checkpoint_here"]["path"] == str(fed_dir / "round-001/here/run/checkpoints/checkpoint-4")
-    assert _max_difference(_global(fed_dir), _global(builtin_round)) <= 1e-6
 
 
 def test_a_federation_killed_during_streamflow_leaves_its_steps_to_be_ended_by_the_next_attempt(tmp_path: Path) -> None:

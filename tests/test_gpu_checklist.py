@@ -43,7 +43,9 @@ def test_the_dry_run_runs_every_check_and_writes_its_report(tmp_path):
     assert fsdp["mesh"] == {"dp_shard": 1} and fsdp["wrapper"].startswith("FSDP") and fsdp["saved dtype"] == "BF16"
     assert fsdp["sharded checkpoint"] == "checkpoint-4"
     resume = next(r for (check, _), r in rows.items() if check == "kill and resume")["figures"]
-    assert resume["killed exit"] == -9 and resume["resumed from"] == 4
+    assert (
+        resume["killed exit"] == -9 and resume["resumed from"] == 2
+    )  # the dry run: killed at step 3, a checkpoint every 2
     plain = rows[("throughput", "plain Trainer defaults (fp32)")]["figures"]
     assert (
         plain["parameters"]
@@ -54,7 +56,8 @@ def test_the_dry_run_runs_every_check_and_writes_its_report(tmp_path):
     assert "## kill and resume" in md and "supertune train --run-dir RUN" in md
 
 
-def test_an_unknown_check_is_one_line():
+def test_an_unknown_check_is_one_line_before_anything_runs_or_is_written(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
     done = subprocess.run(
         [
             sys.executable,
@@ -63,7 +66,9 @@ def test_an_unknown_check_is_one_line():
             "--only",
             "fsdp-everything",
             "--out",
-            "/nonexistent/x",
+            str(out),
+            "--work",
+            str(work),
         ],
         capture_output=True,
         text=True,
@@ -73,3 +78,4 @@ def test_an_unknown_check_is_one_line():
     assert (
         done.stderr.strip().splitlines()[-1].startswith("bench/gpu.py: error: --only: no check named fsdp-everything")
     )
+    assert not out.exists() and not work.exists()

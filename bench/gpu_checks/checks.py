@@ -47,6 +47,8 @@ class Sizes:
     save_steps: int  # ZeRO runs: a checkpoint every save_steps of 2 x save_steps
     bf16_tolerance: float
     zero_precision: list[str]  # transformers refuses DeepSpeed in bf16 without a GPU
+    evaluation: list[str]  # added to every run that evaluates (the reload's `supertune eval` reads the run's settings)
+    resume: tuple[int, int, int]  # kill and resume: steps, a checkpoint every N, SIGKILL at step
 
 
 GPU = Sizes(
@@ -58,6 +60,8 @@ GPU = Sizes(
     save_steps=10,
     bf16_tolerance=1e-2,
     zero_precision=["training.bf16=true"],
+    evaluation=[],
+    resume=(12, 4, 6),
 )
 DRY = Sizes(
     # A quarter of the default's batch: on CPU, bf16 autocast steps of 16 sequences took 9 s each
@@ -70,6 +74,13 @@ DRY = Sizes(
     save_steps=2,
     bf16_tolerance=1e-2,
     zero_precision=[],
+    # The whole validation split is 251 sequences, evaluated by 9 of the dry run's processes (each
+    # reload too); 32 of them prove the path.
+    evaluation=["data.max_eval_samples=32"],
+    # Half the GPU form's steps: bf16 autocast steps are slow on CPU, and at 12 + 6 + 8 steps the
+    # check's three runs took half of the dry run's time; at 6 + 3 + 4 the run still resumes from a
+    # checkpoint written before the kill.
+    resume=(6, 2, 3),
 )
 
 
@@ -128,7 +139,8 @@ class Checklist:
         if self._skip("embedded default", precision, 40):
             return
         extra = ["training.bf16=true"] if precision == "bf16" else []
-        done, run_dir = self.runner.train(f"default-{precision}", [*self.sizes.quick, *extra], cap=300)
+        overrides = [*self.sizes.quick, *self.sizes.evaluation, *extra]
+        done, run_dir = self.runner.train(f"default-{precision}", overrides, cap=300)
         s = summary(run_dir)
         on_gpu, device = self._device_ok(s)
         figures = {
@@ -163,6 +175,7 @@ class Checklist:
             extra = (*extra, f"model.name_or_path={base}")
         overrides = [
             *self.sizes.quick,
+            *self.sizes.evaluation,
             "distributed.strategy=fsdp",
             f"distributed.fsdp.sharding={sharding}",
             f"output.dtype={output_dtype}",
@@ -202,6 +215,7 @@ class Checklist:
         steps = 2 * self.sizes.save_steps
         overrides = [
             *self.sizes.quick,
+            *self.sizes.evaluation,
             f"training.max_steps={steps}",
             f"training.save_steps={self.sizes.save_steps}",
             f"distributed.strategy=zero{stage}",
@@ -234,13 +248,17 @@ class Checklist:
 
         `strategy` fsdp: the checkpoint is FSDP's sharded one (torch DCP), read back into a fresh mesh.
         """
-        variant = "bf16, 12 steps, checkpoint every 4, SIGKILL at step 6" + (f", {strategy}" if strategy else "")
+        steps, every, kill = self.sizes.resume
+        variant = f"bf16, {steps} steps, checkpoint every {every}, SIGKILL at step {kill}" + (
+            f", {strategy}" if strategy else ""
+        )
         if self._skip("kill and resume", variant, 75):
             return
         settings = [
             *self.sizes.quick,
-            "training.max_steps=12",
-            "training.save_steps=4",
+            *self.sizes.evaluation,
+            f"training.max_steps={steps}",
+            f"training.save_steps={every}",
             "training.bf16=true",
             "generate.max_new_tokens=0",
         ]
@@ -248,7 +266,9 @@ class Checklist:
             settings.append(f"distributed.strategy={strategy}")
         name = f"resume{'-' + strategy if strategy else ''}"
         reference, ref_dir = self.runner.train(f"{name}-reference", settings, cap=240)
-        killed, run_dir = self.runner.train(f"{name}-run", settings, cap=240, extra_env={"SUPERTUNE_FAULT": "step@6"})
+        killed, run_dir = self.runner.train(
+            f"{name}-run", settings, cap=240, extra_env={"SUPERTUNE_FAULT": f"step@{kill}"}
+        )
         resumed, resumed_dir = self.runner.train(f"{name}-run-again", settings, run=f"{name}-run", cap=240)
         figures: dict[str, object] = {
             "killed exit": killed.returncode,
@@ -285,6 +305,7 @@ class Checklist:
             "training.bf16=true",
             f"training.per_device_train_batch_size={z.batch}",
             "training.per_device_eval_batch_size=4",
+            *z.evaluation,
             f"training.max_steps={z.steps}",
             "training.warmup_steps=2",
             "training.learning_rate=3e-4",

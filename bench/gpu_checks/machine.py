@@ -59,8 +59,10 @@ def child_environment(site: Path | None, work: Path, dry_run: bool) -> dict[str,
     env.setdefault("HF_HOME", str(work / "hf-home"))
     env.setdefault("TRITON_CACHE_DIR", str(work / "triton-cache"))
     if dry_run:
-        # Two threads per process: the test machine has two cores and the dry run's children run one at a time.
-        env["OMP_NUM_THREADS"] = "2"
+        # One thread per process. The dry run's children run one at a time, but its test shares the
+        # test machine's two cores with another pytest worker: at two threads each, the threads spun
+        # against the other worker's processes (the dry run took 189 CPU-s at two, 132 at one).
+        env["OMP_NUM_THREADS"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
     for name in ("SUPERTUNE_FAULT", "SUPERTUNE_FAULT_ONCE"):
         env.pop(name, None)

@@ -52,7 +52,7 @@ def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
             "distributed": {"strategy": "fsdp", "fsdp": {"sharding": sharding}},
             "launch": {"launcher": "srun", "nodes": nodes, "procs_per_node": 2},
         })  # fmt: skip
-        sites.append({"name": name, "config": f"{name}.yaml", "steps_per_round": 4, "where": name})
+        sites.append({"name": name, "config": f"{name}.yaml", "steps_per_round": 2, "where": name})
     federation = write_yaml(tmp_path / "federation.yaml", {
         "name": "llama-2sites", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "poll_seconds": 1,
         "aggregation": {"weights": "tokens", "dtype": "fp16"}, "sites": sites,
@@ -77,7 +77,7 @@ def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
             )
             summary = json.loads((run / "summary.json").read_text())
             assert summary["mixed_precision"] == "bf16" and summary["sharding"]["mesh"] == meshes[name], summary
-            assert trained["step"] == 4  # each round a run of steps_per_round from the global model
+            assert trained["step"] == 2  # each round a run of steps_per_round from the global model
             # what the round averaged: the site's sharded checkpoint, every rank's shards
             assert (Path(trained["checkpoint"]) / "fsdp_model").is_dir(), trained
 

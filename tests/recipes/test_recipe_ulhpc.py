@@ -69,7 +69,7 @@ def test_opt_with_zero3_offload_at_a_fixed_global_batch(slurm_single: SlurmClust
     run_yaml = write_yaml(tmp_path / "run.yaml", {
         "model": {"name_or_path": str(_opt_model(tmp_path / "opt-local"))},
         "data": {"dataset_name": str(_dataset(tmp_path / "dataset")), "validation_split": "test", "sample": "shuffled",
-                 "max_train_samples": 40, "max_eval_samples": 24, "block_size": 64},
+                 "max_train_samples": 12, "max_eval_samples": 8, "block_size": 64},
         "training": {"max_steps": -1, "num_train_epochs": 2, "global_batch_size": 16, "per_device_train_batch_size": 8,
                      "learning_rate": 1.0e-3, "full_determinism": True, "eval_strategy": "epoch", "save_strategy": "no"},
         "distributed": {"strategy": "zero3", "offload": "cpu"},
