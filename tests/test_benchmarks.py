@@ -66,14 +66,18 @@ def test_scores_go_to_the_run_dir_metrics_and_mlflow(trained: Path) -> None:
     assert sorted((m.step, m.value) for m in history) == logged
 
 
-def test_eval_tasks_on_a_runs_model_appends_to_its_run(trained: Path) -> None:
-    proc = _supertune("eval", str(trained / "model"), "--tasks", "supertune_corpus_nouns", "--limit", "16")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_eval_tasks_on_a_runs_model_appends_to_its_run(trained: Path, capfd) -> None:
+    from supertune.cli.main import main
+
+    capfd.readouterr()  # the command's code, in this process
+    code = main(["eval", str(trained / "model"), "--tasks", "supertune_corpus_nouns", "--limit", "16"])
+    out = capfd.readouterr()
+    assert code == 0, out.out[-3000:] + out.err[-3000:]
     last = _records(trained)[-1]
     assert last["step"] == 120 and last["model"] == str(trained / "model")
     assert set(last["scores"]) == {"supertune_corpus_nouns"}
-    assert f"{last['scores']['supertune_corpus_nouns']['acc']:.4f}" in proc.stdout
-    assert f"scores recorded in {trained / 'benchmarks.md'}" in proc.stdout
+    assert f"{last['scores']['supertune_corpus_nouns']['acc']:.4f}" in out.out
+    assert f"scores recorded in {trained / 'benchmarks.md'}" in out.out
     # and into the run's tracked run (training.report_to=[mlflow]), at the run's last step
     from mlflow.tracking import MlflowClient
 
@@ -85,7 +89,9 @@ def test_eval_tasks_on_a_runs_model_appends_to_its_run(trained: Path) -> None:
     assert len(logged) == 3 and logged[-1] == (120, last["scores"]["supertune_corpus_nouns"]["acc"]), logged
 
 
-def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_path: Path) -> None:
+def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_path: Path, capfd) -> None:
+    from supertune.cli.main import main
+
     absent = tmp_path / "absent.yaml"
     absent.write_text(
         "task: absent_mc\ndataset_path: supertune-tests/absent\ntest_split: test\noutput_type: multiple_choice\n"
@@ -97,10 +103,12 @@ def test_an_unknown_task_and_missing_data_are_one_line_each(trained: Path, tmp_p
         ("supertune_corpus,no_such_task", "--tasks: unknown task no_such_task: name a task or group"),
         (str(absent), f"--tasks: the data of task {absent} (dataset supertune-tests/absent) is not in the local"),
     ):
-        proc = _supertune("eval", str(trained / "model"), "--tasks", tasks)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and lines[-1].startswith(f"supertune: error: {expected}"), proc.stderr[-2000:]
-        assert "Traceback" not in proc.stderr
+        capfd.readouterr()
+        code = main(["eval", str(trained / "model"), "--tasks", tasks])  # the command's code, in this process
+        err = capfd.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2 and lines[-1].startswith(f"supertune: error: {expected}"), err[-2000:]
+        assert "Traceback" not in err
     assert "pre-download it" in lines[-1] and "datasets.load_dataset('supertune-tests/absent')" in lines[-1]
     assert (trained / "benchmarks.jsonl").read_text() == before  # nothing recorded for a refused evaluation
 

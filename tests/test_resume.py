@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,12 +68,7 @@ def assert_same_weights(a: Path, b: Path, tol: float = 1e-5) -> float:
 
 def losses(run_dir: Path) -> dict[int, float]:
     """Per-step training loss; after a resume the repeated steps must agree, so the last one wins."""
-    out: dict[int, float] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if "loss" in record and "event" not in record:
-            out[record["step"]] = record["loss"]
-    return out
+    return _losses((run_dir / "metrics.jsonl").read_text().splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -83,31 +79,104 @@ def reference(tmp_path_factory) -> Path:
     return run
 
 
-KILL_POINTS = [
-    "step@2",  # before the first checkpoint: starts again from step 0
-    "step@6",  # between checkpoints
-    "save.begin@8",
-    "save.weights@8",  # SIGKILL during a save: weights written, optimizer not
-    "save.staged@8",  # every file written, no manifest
-    "save.manifest@8",  # manifest written, not yet renamed into place
-    "save.renamed@8",  # in place, `latest` still names checkpoint-4
-    "save.published@8",
-    "step@12",  # after the last step, before the final save
-    "final.model@12",  # final model written, no summary
+# One run killed at every dangerous moment in turn: each start is killed at its point and resumes
+# what the previous kill left, from the checkpoint named (None: none yet, it starts again from step
+# 0), so that 12 starts prove what 10 separate kill-and-resume pairs and a kill during a resume
+# would (23 starts). Each start's logged losses are checked against the uninterrupted run's, and
+# every published checkpoint against its manifest after each kill, so a resume that went wrong is
+# caught in its own segment even when a later kill sends the run back to an older checkpoint.
+LINEAGE = [
+    ("step@2", None),  # before the first checkpoint
+    ("step@6", None),  # between checkpoints
+    ("save.begin@8", 4),
+    ("save.weights@8", 4),  # during a save: weights written, optimizer not
+    ("save.staged@8", 4),  # every file written, no manifest
+    ("save.manifest@8", 4),  # manifest written, not yet renamed into place
+    ("save.renamed@8", 4),  # in place, `latest` still names checkpoint-4
+    ("resume.loaded@8", 8),  # while resuming from it; checkpoint-8 is then damaged
+    ("save.published@8", 4),  # checkpoint-8 failed its check: from checkpoint-4, which saves it again
+    ("step@12", 8),  # after the last step, before its save
+    ("final.model@12", 8),  # final model written, no summary
+    (None, 12),  # the last start finishes
 ]
+DAMAGED_AFTER = "resume.loaded@8"
+REFUSED_AFTER = "step@6"
 
 
-@pytest.mark.parametrize("fault", KILL_POINTS)
-def test_kill_then_resume_gives_the_uninterrupted_weights(tmp_path, reference, fault):
-    run = tmp_path / "run"
-    killed = train(run, fault=fault)
-    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
-    assert not (run / "summary.json").exists()
-    resumed = train(run)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resuming the run" in resumed.stdout
+@dataclass
+class Start:
+    fault: str | None
+    resumes_from: int | None
+    proc: subprocess.CompletedProcess
+    losses: dict[int, float]  # the losses this start logged
+    summary: bool  # summary.json exists after it
+    bad_checkpoints: list[str]  # published checkpoints that fail their check after it
+
+
+@pytest.fixture(scope="module")
+def lineage(tmp_path_factory) -> tuple[Path, list[Start], dict[str, subprocess.CompletedProcess]]:
+    """The run directory, each start of LINEAGE, and the other commands run on it on the way
+    (other settings and --no-resume after the kill at step 6, the finished run started again)."""
+    run = tmp_path_factory.mktemp("lineage") / "run"
+    starts: list[Start] = []
+    others: dict[str, subprocess.CompletedProcess] = {}
+    for fault, resumes_from in LINEAGE:
+        logged = len(_metric_lines(run))
+        proc = train(run, fault=fault)
+        layout = CheckpointDir(run / "checkpoints")
+        bad = [path.name for _, path in layout.published() if check_files(path, read_manifest(path))]
+        new = _metric_lines(run)[logged:]
+        starts.append(Start(fault, resumes_from, proc, _losses(new), (run / "summary.json").exists(), bad))
+        if fault == REFUSED_AFTER:
+            others["other_settings"] = train(run, "training.learning_rate=0.01")
+            others["no_resume"] = train(run, "--no-resume")
+        if fault == DAMAGED_AFTER:
+            # same size, one byte changed: only the sha256 can tell
+            with (run / "checkpoints" / "checkpoint-8" / "optimizer.pt").open("r+b") as f:
+                f.seek(100)
+                byte = f.read(1)
+                f.seek(100)
+                f.write(bytes([byte[0] ^ 0xFF]))
+    others["finished"] = train(run)
+    return run, starts, others
+
+
+def _metric_lines(run_dir: Path) -> list[str]:
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.read_text().splitlines() if metrics.exists() else []
+
+
+def _losses(lines: list[str]) -> dict[int, float]:
+    """Per-step training loss of these metrics.jsonl lines, the last one of a step winning."""
+    out: dict[int, float] = {}
+    for line in lines:
+        record = json.loads(line)
+        if "loss" in record and "event" not in record:
+            out[record["step"]] = record["loss"]
+    return out
+
+
+def test_killed_at_every_dangerous_moment_in_turn_the_same_command_resumes_to_the_uninterrupted_weights(
+    reference, lineage
+):
+    run, starts, _ = lineage
+    ref_losses = losses(reference)
+    for n, start in enumerate(starts):
+        out, err = start.proc.stdout, start.proc.stderr
+        where = f"start {n} (killed at {start.fault})"
+        if start.fault:
+            assert start.proc.returncode == -signal.SIGKILL, (where, out + err)
+            assert not start.summary, where
+        else:
+            assert start.proc.returncode == 0, (where, out + err)
+        if n:
+            assert "resuming the run" in out, (where, out)
+        resumed = re.findall(r"resuming from (checkpoint-\d+):", err)
+        assert resumed == ([f"checkpoint-{start.resumes_from}"] if start.resumes_from else []), (where, err)
+        assert start.bad_checkpoints == [], where
+        assert all(abs(loss - ref_losses[step]) <= 1e-5 for step, loss in start.losses.items()), (where, start.losses)
     assert_same_weights(run, reference)
-    ref_losses, run_losses = losses(reference), losses(run)
+    run_losses = losses(run)
     assert run_losses.keys() == ref_losses.keys()
     assert max(abs(run_losses[s] - ref_losses[s]) for s in ref_losses) <= 1e-5
     summary = json.loads((run / "summary.json").read_text())
@@ -124,23 +193,29 @@ def test_kill_then_resume_gives_the_uninterrupted_weights(tmp_path, reference, f
         assert check_files(path, read_manifest(path)) == []
 
 
-def test_kill_during_resume_and_a_damaged_checkpoint(tmp_path, reference):
-    """Killed at step 10, killed again while resuming, the newest checkpoint then damaged: the run
-    falls back to the previous good checkpoint (with a warning) and still ends with the same weights."""
-    run = tmp_path / "run"
-    assert train(run, fault="step@10").returncode == -signal.SIGKILL
-    assert train(run, fault="resume.loaded@8").returncode == -signal.SIGKILL
-    newest = run / "checkpoints" / "checkpoint-8" / "optimizer.pt"
-    with newest.open("r+b") as f:  # same size, one byte changed: only the sha256 can tell
-        f.seek(100)
-        byte = f.read(1)
-        f.seek(100)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    resumed = train(run)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "checkpoint-8 is not usable (optimizer.pt: sha256 differs from the manifest)" in resumed.stderr
-    assert "resuming from checkpoint-4" in resumed.stderr
+def test_kill_during_resume_and_a_damaged_checkpoint(reference, lineage):
+    """Killed while resuming from checkpoint-8, that checkpoint then damaged: the next start falls back
+    to the previous good checkpoint (with a warning) and the run still ends with the same weights."""
+    run, starts, _ = lineage
+    [killed] = [s for s in starts if s.fault == DAMAGED_AFTER]
+    assert killed.proc.returncode == -signal.SIGKILL and "resuming from checkpoint-8:" in killed.proc.stderr
+    after = starts[starts.index(killed) + 1]
+    assert "checkpoint-8 is not usable (optimizer.pt: sha256 differs from the manifest)" in after.proc.stderr
+    assert "resuming from checkpoint-4" in after.proc.stderr
     assert_same_weights(run, reference)
+
+
+def test_resume_refuses_other_settings_and_no_resume(lineage):
+    _, _, others = lineage
+    other = others["other_settings"]
+    assert other.returncode == 2
+    assert "training.learning_rate: 0.002 -> 0.01" in other.stdout + other.stderr
+    assert len((other.stdout + other.stderr).strip().splitlines()) == 1
+    refused = others["no_resume"]
+    assert refused.returncode == 2 and "--no-resume" in refused.stdout + refused.stderr
+    # a finished run is left alone
+    done = others["finished"]
+    assert done.returncode == 0 and "already finished" in done.stdout
 
 
 def test_checkpoint_describes_itself(reference):
@@ -179,11 +254,26 @@ def _wait_for_step(run: Path, step: int, proc: subprocess.Popen, timeout: float 
     raise AssertionError(f"step {step} not reached in {timeout} s")
 
 
+# The signal tests need a run still training when the signal arrives: 40 steps. They save only when
+# signalled; how often a run saves does not change its weights.
+LONG = ["training.max_steps=40"]
+SIGNAL_ONLY = ["training.save_steps=100"]
+
+
+@pytest.fixture(scope="module")
+def two_process_straight(tmp_path_factory) -> Path:
+    """An uninterrupted 2-process run of 40 steps, the end the SIGTERM and torchrun-restart tests must reach."""
+    run = tmp_path_factory.mktemp("two_process_straight") / "run"
+    proc = train(run, *LONG, *SIGNAL_ONLY, nproc=2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run
+
+
 @pytest.mark.parametrize(("sig", "nproc"), [(signal.SIGUSR1, 1), (signal.SIGTERM, 2)])
-def test_signal_checkpoints_stops_and_the_same_command_resumes(tmp_path, sig, nproc):
+def test_signal_checkpoints_stops_and_the_same_command_resumes(tmp_path, request, sig, nproc):
     run = tmp_path / "run"
-    more = ["training.max_steps=40", "training.save_steps=100"]
-    argv = [sys.executable, "-m", "supertune", "train", "--run-dir", str(run), "--nproc", str(nproc), *SETTINGS, *more]
+    argv = [sys.executable, "-m", "supertune", "train", "--run-dir", str(run), "--nproc", str(nproc), *SETTINGS]
+    argv += [*LONG, *SIGNAL_ONLY]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for_step(run, 3, proc)
     proc.send_signal(sig)
@@ -201,24 +291,12 @@ def test_signal_checkpoints_stops_and_the_same_command_resumes(tmp_path, sig, np
     summary = json.loads((run / "summary.json").read_text())
     assert summary["train_steps"] == 40 and summary["resumed_from_step"] == step
     # an uninterrupted run of the same settings ends with the same weights
-    straight = tmp_path / "straight"
-    assert train(straight, *more, nproc=nproc).returncode == 0
+    if nproc == 2:
+        straight = request.getfixturevalue("two_process_straight")
+    else:
+        straight = tmp_path / "straight"
+        assert train(straight, *LONG, *SIGNAL_ONLY, nproc=nproc).returncode == 0
     assert_same_weights(run, straight)
-
-
-def test_resume_refuses_other_settings_and_no_resume(tmp_path, reference):
-    run = tmp_path / "run"
-    assert train(run, fault="step@6").returncode == -signal.SIGKILL
-    other = train(run, "training.learning_rate=0.01")
-    assert other.returncode == 2
-    assert "training.learning_rate: 0.002 -> 0.01" in other.stdout + other.stderr
-    assert len((other.stdout + other.stderr).strip().splitlines()) == 1
-    refused = train(run, "--no-resume")
-    assert refused.returncode == 2 and "--no-resume" in refused.stdout + refused.stderr
-    # a changed step budget is allowed; a finished run is left alone
-    assert train(run).returncode == 0
-    done = train(run)
-    assert done.returncode == 0 and "already finished" in done.stdout
 
 
 def test_nan_stops_the_run_naming_the_step(tmp_path):
@@ -344,13 +422,12 @@ def test_deepspeed_zero2_two_processes_resume_exactly(tmp_path):
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(manifest.files)
 
 
-def test_torchrun_restarts_a_dead_rank_and_the_run_resumes(tmp_path):
+def test_torchrun_restarts_a_dead_rank_and_the_run_resumes(tmp_path, two_process_straight):
     """launch.max_restarts=1: rank 1 dies at step 6, torchrun starts both processes again, they resume
     from checkpoint-4 and the run ends as if nothing happened."""
-    straight, run = tmp_path / "straight", tmp_path / "run"
-    assert train(straight, nproc=2).returncode == 0
-    proc = train(run, "launch.max_restarts=1", fault="step@6:1", once=tmp_path / "fired", nproc=2)
+    run = tmp_path / "run"
+    proc = train(run, *LONG, "launch.max_restarts=1", fault="step@6:1", once=tmp_path / "fired", nproc=2)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "fired").exists()
     assert "resuming from checkpoint-4" in proc.stdout + proc.stderr
-    assert_same_weights(run, straight)
+    assert_same_weights(run, two_process_straight)
