@@ -23,24 +23,9 @@ from safetensors.numpy import load_file
 
 from supertune.federation.default import site_corpus
 from supertune.transfer import PACKAGE_MANIFEST
+from transfer_decoding import decoded_change
 
 pytestmark = pytest.mark.slow
-
-
-def _decoded(package_dir: Path, block: int) -> dict[str, np.ndarray]:
-    """The change an int8 package holds, decoded from the format docs/federated.md states (not through supertune)."""
-    stored = load_file(str(package_dir / "transfer.safetensors"))
-    manifest = json.loads((package_dir / PACKAGE_MANIFEST).read_text())
-    out = {}
-    for name, t in manifest["tensors"].items():
-        numel = int(np.prod(t["shape"]))
-        scale = stored[name + ":absmax_scale"]
-        out[name] = (
-            (stored[name].astype(np.float32).reshape(-1, block) * scale[:, None])
-            .reshape(-1)[:numel]
-            .reshape(t["shape"])
-        )
-    return out
 
 
 def model(directory: Path) -> dict[str, np.ndarray]:
@@ -89,7 +74,7 @@ def test_a_federation_whose_sites_send_int8_changes(builtin: Path, tmp_path: Pat
             sent = rd / site / "sent"
             assert averaged["sent_bytes"][site] == (sent / "transfer.safetensors").stat().st_size
             assert averaged["sent_bytes"][site] < 0.27 * model_bytes  # fp32 model: int8 is ~1/4 of it
-            for n, d in _decoded(sent, 64).items():
+            for n, d in decoded_change(sent, 64).items():
                 expected[n] += averaged["weights"][site] * d
         assert max(float(np.abs(now[n] - expected[n]).max()) for n in now) < 1e-6
     # error feedback: round 2's change (decoded, plus what it kept) is the site's true change plus round 1's residual
@@ -99,7 +84,7 @@ def test_a_federation_whose_sites_send_int8_changes(builtin: Path, tmp_path: Pat
     g1 = model(fed / "round-001" / "global")
     r1 = load_file(str(fed / "round-001" / "site-a" / "sent" / "residual.safetensors"))
     r2 = load_file(str(site / "sent" / "residual.safetensors"))
-    d2 = _decoded(site / "sent", 64)
+    d2 = decoded_change(site / "sent", 64)
     assert max(float(np.abs(d2[n] + r2[n] - (x[n] - g1[n] + r1[n])).max()) for n in r2) < 1e-6
     assert max(float(np.abs(r1[n]).max()) for n in r1) > 0
     # A federation killed while a package is written (SIGKILL in the middle of its tensors) makes it

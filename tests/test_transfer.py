@@ -18,9 +18,10 @@ from supertune.averaging import average_checkpoints
 from supertune.config.errors import ConfigError
 from supertune.errors import UserError
 from supertune.federation.load import load_federation
-from supertune.transfer import PACKAGE_MANIFEST, Codec, PackageWeights, read_package, write_package
+from supertune.transfer import Codec, PackageWeights, read_package, write_package
 from supertune.transfer import package as package_module
 from supertune.weight_files.tensor_files import TensorFile, WeightFiles
+from transfer_decoding import decoded_change
 
 SHAPES = {"w": (37, 29), "b": (29,)}
 
@@ -42,25 +43,6 @@ def _weights(directory: Path) -> WeightFiles:
     return WeightFiles(directory, "model.safetensors")
 
 
-def _decoded(package_dir: Path, block: int) -> dict[str, np.ndarray]:
-    """The change an int8 or int4 package holds, decoded from the format as docs/federated.md states it
-    (not through supertune): int4 packs (q + 8) of the even element in the low 4 bits, the odd in the high."""
-    stored = load_file(str(package_dir / "transfer.safetensors"))
-    manifest = json.loads((package_dir / PACKAGE_MANIFEST).read_text())
-    out = {}
-    for name, t in manifest["tensors"].items():
-        numel = int(np.prod(t["shape"]))
-        if t["dtype"] != "F32":
-            out[name] = stored[name]
-            continue
-        q = stored[name]
-        if manifest["codec"] == "int4":
-            q = np.stack([q & 15, q >> 4], axis=1).reshape(-1).astype(np.int16) - 8
-        scale = stored[name + ":absmax_scale"]
-        out[name] = (q.astype(np.float32).reshape(-1, block) * scale[:, None]).reshape(-1)[:numel].reshape(t["shape"])
-    return out
-
-
 @pytest.mark.parametrize(("codec", "levels", "value_bytes"), [("int8", 127, 1.0), ("int4", 7, 0.5)])
 def test_blockwise_changes_come_back_within_half_a_blocks_scale_and_any_slice_decodes_alone(
     tmp_path, monkeypatch, codec, levels, value_bytes
@@ -75,7 +57,7 @@ def test_blockwise_changes_come_back_within_half_a_blocks_scale_and_any_slice_de
     blocks = sum(-(-int(np.prod(s)) // 16) for s in SHAPES.values())
     payload = blocks * (16 * value_bytes + 4) + 3 * 8  # values, a float32 scale per block, the int64 counter
     assert 0 < package.sent_weight_bytes - payload < 512
-    decoded = _decoded(tmp_path / "sent", 16)
+    decoded = decoded_change(tmp_path / "sent", 16)
     for name in SHAPES:
         change = (site[name] - base[name]).reshape(-1)
         rows = np.pad(change, (0, -change.size % 16)).reshape(-1, 16)
@@ -109,7 +91,7 @@ def test_error_feedback_sends_in_later_rounds_what_int8_rounded_away(tmp_path):
             out, _weights(tmp_path / f"x{r}"), codec, base=_weights(tmp_path / f"g{r - 1}"), residual=residual
         )
         kept = load_file(str(out / "residual.safetensors"))
-        decoded = _decoded(out, 8)
+        decoded = decoded_change(out, 8)
         for n in SHAPES:
             change = site[n].astype(np.float64) - globals_[-1][n]
             assert np.allclose(decoded[n] + kept[n], change + previous_residual[n], atol=1e-6), (r, n)
@@ -162,7 +144,7 @@ def test_averaged_packages_are_the_base_plus_the_weighted_decoded_changes(tmp_pa
     averaged = {}
     for f in (tmp_path / "avg").glob("*.safetensors"):
         averaged.update(load_file(str(f)))
-    da, db = _decoded(tmp_path / "sent-a", 32), _decoded(tmp_path / "sent-b", 32)
+    da, db = decoded_change(tmp_path / "sent-a", 32), decoded_change(tmp_path / "sent-b", 32)
     for n in SHAPES:
         expected = base[n] + 0.25 * da[n] + 0.75 * db[n]
         assert np.allclose(averaged[n], expected, atol=1e-6), n

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(federation_status(args.status), end="")
         return 0
+    if args.link and not args.plan:
+        raise UserError("--link: only with --plan, whose forecast it feeds")
     if args.plan or args.dry_run:
         if args.plan and args.dry_run:
             raise UserError(
@@ -100,8 +102,6 @@ def run(args: argparse.Namespace) -> int:
             option = "--drop" if args.drop else "--skip-site"
             which = "--plan" if args.plan else "--dry-run"
             raise UserError(f"{which} and {option}: {which} changes nothing; leave out {option} to see the plan")
-        if args.link and not args.plan:
-            raise UserError("--link: only with --plan, whose forecast it feeds")
         from ..federation import federation_cost_plan, federation_plan
 
         if args.plan:
@@ -109,8 +109,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(federation_plan(args.federation, args.dir))
         return 0
-    if args.link:
-        raise UserError("--link: only with --plan, whose forecast it feeds")
     from ..federation import federate
     from ..train.logging_setup import setup_logging
 

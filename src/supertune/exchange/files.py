@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import UserError
 from ..file_table import sha256_file
@@ -32,6 +33,7 @@ from .hosts import Dropped, host_for
 __all__ = ["Exchange"]
 
 log = logging.getLogger("supertune")
+T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PARTIAL = ".partial"
 LOGGED = 1_000_000
@@ -95,7 +97,7 @@ class Exchange:
             raise ValueError(f"not an exchange name: {name!r}")
         return f"{self.address.path}/{name}"
 
-    def _retrying(self, what: str, attempt: Callable[[], dict]) -> dict:
+    def _retrying(self, what: str, attempt: Callable[[], T]) -> T:
         for number in range(self.retries + 1):
             try:
                 return attempt()
@@ -116,12 +118,11 @@ class Exchange:
         total = local.stat().st_size
         digest = sha256 or sha256_file(local)
         partial = target + PARTIAL
-        self._retrying(f"put {name}", lambda: (self.host.makedirs(target.rsplit("/", 1)[0]), {})[1])
+        self._retrying(f"put {name}", lambda: self.host.makedirs(target.rsplit("/", 1)[0]))
         started = time.monotonic()
-        there = self._retrying(f"put {name}", lambda: {"size": self.host.size(target)})
         if (
-            there["size"] == total
-            and self._retrying(f"put {name}", lambda: {"sha": self.host.sha256(target)})["sha"] == digest
+            self._retrying(f"put {name}", lambda: self.host.size(target)) == total
+            and self._retrying(f"put {name}", lambda: self.host.sha256(target)) == digest
         ):
             return {"size": total, "sha256": digest, "sent": 0, "seconds": 0.0}  # put whole before (a resumed publish)
         moved = {"bytes": 0}
@@ -205,20 +206,19 @@ class Exchange:
     def get_small(self, name: str, limit: int = 1 << 20) -> bytes | None:
         """A small file whole (a record, the federation config), or None while it is not on the exchange."""
 
-        def attempt() -> dict:
+        def attempt() -> bytes | None:
             size = self.host.size(self.path(name))
             if size is None:
-                return {"absent": True}
+                return None
             if size > limit:
                 raise UserError(
                     f"exchange {self.address.text}: {name} is {size} bytes, more than a record holds; it is not used"
                 )
             chunks: list[bytes] = []
             self.host.read(self.path(name), 0, chunks.append)
-            return {"data": b"".join(chunks)}
+            return b"".join(chunks)
 
-        got = self._retrying(f"get {name}", attempt)
-        return None if got.get("absent") else got["data"]
+        return self._retrying(f"get {name}", attempt)
 
     def get_json(self, name: str, limit: int = 1 << 20) -> dict | None:
         """A small JSON record, or None while it is not on the exchange; UserError when it is no record."""
@@ -258,12 +258,12 @@ class Exchange:
             self.get_file(f"{prefix}/{rel}", target, int(entry["size"]), str(entry["sha256"]))
 
     def remove(self, name: str) -> None:
-        self._retrying(f"remove {name}", lambda: (self.host.remove(self.path(name)), {})[1])
+        self._retrying(f"remove {name}", lambda: self.host.remove(self.path(name)))
 
     def ping(self) -> float:
         """Seconds for one command on the exchange host (a round trip once connected)."""
         started = time.monotonic()
-        self._retrying("reach the exchange", lambda: (self.host.ping(), {})[1])
+        self._retrying("reach the exchange", self.host.ping)
         return time.monotonic() - started
 
 

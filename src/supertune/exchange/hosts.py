@@ -12,7 +12,6 @@ raised as `Dropped`, which the protocol answers by resuming.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import shutil
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import UserError
+from ..file_table import sha256_file
 from ..subprocesses import run_captured, run_streamed
 from .address import ExchangeAddress
 
@@ -54,13 +54,7 @@ class DirectoryHost:
                 sink(block)
 
     def sha256(self, path: str) -> str | None:
-        if not Path(path).is_file():
-            return None
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-        return digest.hexdigest()
+        return sha256_file(Path(path)) if Path(path).is_file() else None
 
     def rename(self, source: str, target: str) -> None:
         os.replace(source, target)

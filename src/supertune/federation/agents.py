@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
@@ -48,9 +49,8 @@ class AgentsExecutor:
             self._publish(work.number - 1, work.previous)
             self._collect(work)
         if work.average:
-            finished = {
-                name: str(read_receipt(path)["checkpoint"]) for name, path in work.trained.items() if read_receipt(path)
-            }
+            receipts = {name: read_receipt(path) for name, path in work.trained.items()}
+            finished = {name: str(r["checkpoint"]) for name, r in receipts.items() if r}
             average_phase(self.fed, work, finished)
         if work.evaluate:
             self._publish(work.number, work.global_model)
@@ -64,26 +64,35 @@ class AgentsExecutor:
         files = self.exchange.put_tree(model, names.global_files(number))
         self.exchange.put_json(names.global_record(number), {"round": number, "files": files})
 
-    def _waiting(self, what: str, pending: list[str], since: float, said: list[float]) -> None:
-        now = time.monotonic()
-        if now - said[0] >= 60:
-            said[0] = now
-            log.info("%s: waiting %.0f s for %s at the exchange", what, now - since, ", ".join(pending))
-        time.sleep(self.fed.poll_seconds)
+    def _each_record(
+        self,
+        works: list[SiteWork],
+        record_name: Callable[[str], str],
+        take: Callable[[SiteWork, dict], None],
+        what: str,
+    ) -> None:
+        """take(site, record) for each site's record at the exchange, as it arrives: asking once per
+        poll_seconds, and saying once a minute which sites it waits for."""
+        pending = {w.name: w for w in works}
+        since = said = time.monotonic()
+        while pending:
+            for name, w in list(pending.items()):
+                record = self.exchange.get_json(record_name(name))
+                if record is not None:
+                    take(w, record)
+                    del pending[name]
+            if not pending:
+                return
+            if time.monotonic() - said >= 60:
+                said = time.monotonic()
+                log.info("%s: waiting %.0f s for %s at the exchange", what, said - since, ", ".join(sorted(pending)))
+            time.sleep(self.fed.poll_seconds)
 
     def _collect(self, work: RoundWork) -> None:
         """Each training site's result of the round, got and checked, as its training receipt."""
-        pending = {w.name: w for w in work.train}
-        since, said = time.monotonic(), [time.monotonic()]
-        while pending:
-            for name, w in list(pending.items()):
-                record = self.exchange.get_json(names.site_record(name, work.number))
-                if record is None:
-                    continue
-                self._receive(w, record)
-                del pending[name]
-            if pending:
-                self._waiting(f"round {work.number}", sorted(pending), since, said)
+        self._each_record(
+            work.train, lambda name: names.site_record(name, work.number), self._receive, f"round {work.number}"
+        )
 
     def _receive(self, w: SiteWork, record: dict) -> None:
         label = w.label
@@ -121,24 +130,17 @@ class AgentsExecutor:
                  package.sent_weight_bytes / 1e6)  # fmt: skip
 
     def _wait_for_evaluations(self, works: list[SiteWork], number: int) -> None:
-        pending = {w.name: w for w in works}
-        since, said = time.monotonic(), [time.monotonic()]
-        while pending:
-            for name, w in list(pending.items()):
-                record = self.exchange.get_json(names.site_eval(name, number))
-                if record is None:
-                    continue
-                try:
-                    loss = float(record["eval_loss"])
-                except (KeyError, TypeError, ValueError):
-                    raise UserError(f"{w.label}: its evaluation on the exchange holds no eval_loss") from None
-                assert w.receipt is not None
-                receipt = {"eval_loss": loss, "model": f"{self.fed.exchange}/{names.global_files(number)}"}
-                for key, kind in (("eval_tokens", int), ("seconds", (int, float))):
-                    if isinstance(record.get(key), kind) and not isinstance(record.get(key), bool):
-                        receipt[key] = record[key]
-                write_receipt(w.receipt, receipt)
-                log.info("%s: eval loss %.4f of the global model on this site's data (from its agent)", w.label, loss)
-                del pending[name]
-            if pending:
-                self._waiting(f"round {number} evaluation", sorted(pending), since, said)
+        def take(w: SiteWork, record: dict) -> None:
+            try:
+                loss = float(record["eval_loss"])
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"{w.label}: its evaluation on the exchange holds no eval_loss") from None
+            assert w.receipt is not None
+            receipt = {"eval_loss": loss, "model": f"{self.fed.exchange}/{names.global_files(number)}"}
+            for key, kind in (("eval_tokens", int), ("seconds", (int, float))):
+                if isinstance(record.get(key), kind) and not isinstance(record.get(key), bool):
+                    receipt[key] = record[key]
+            write_receipt(w.receipt, receipt)
+            log.info("%s: eval loss %.4f of the global model on this site's data (from its agent)", w.label, loss)
+
+        self._each_record(works, lambda name: names.site_eval(name, number), take, f"round {number} evaluation")

@@ -57,14 +57,6 @@ def _job_exit(state) -> str:
     return f"job {state.state}"
 
 
-def _package_size(directory: Path) -> str:
-    from ..transfer import read_package
-
-    package = read_package(directory)
-    what = "its change" if package.delta else "its model"
-    return f"{what} in {package.codec.name}, {package.sent_weight_bytes / 1e6:.2f} MB of weights"
-
-
 def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
     """The round's average of what the sites that finished sent (checkpoints, or transfer packages whose
     changes are from the round's starting global model), with its receipt."""
@@ -89,7 +81,7 @@ class BuiltinExecutor:
 
     def run_round(self, work: RoundWork) -> None:
         if work.train:
-            self._train(work)
+            self.train(work)
         if work.average:
             receipts = {name: read_receipt(path) for name, path in work.trained.items()}
             here = {s.name for s in self.fed.sites if not s.login}
@@ -112,14 +104,16 @@ class BuiltinExecutor:
         root = FederationDir(work.averaged.parent.parent)
         packages = {}
         for name, checkpoint in finished.items():
-            out = send_result(self.fed, root, work.number, name, checkpoint, work.previous)
-            log.info("%s round %d: sends %s (%s)", name, work.number, out, _package_size(out))
-            packages[name] = str(out)
+            package = send_result(self.fed, root, work.number, name, checkpoint, work.previous)
+            what = "its change" if package.delta else "its model"
+            log.info("%s round %d: sends %s (%s in %s, %.2f MB of weights)", name, work.number, package.directory, what,
+                     package.codec.name, package.sent_weight_bytes / 1e6)  # fmt: skip
+            packages[name] = str(package.directory)
         return packages
 
     # -- training ---------------------------------------------------------------------------------
 
-    def _train(self, work: RoundWork) -> None:
+    def train(self, work: RoundWork) -> None:
         """Every site's training of the round: SLURM sites submitted first, local sites trained one after
         another meanwhile, then the SLURM jobs waited for. A site that fails is run again (site_retries)
         while the round's deadline allows; one still unfinished at the deadline is ended (its local

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..weight_files.dtypes import ITEM_SIZE
 from .layout import FederationDir
-from .round_forecast import PlannedRow, forecast_lines
+from .round_forecast import Link, PlannedRow, forecast_lines
 from .schema import FederationConfig
 from .sites import SitePlan
 
 __all__ = ["cost_plan_text"]
 
-_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_STORED = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
+"""model.dtype -> the safetensors dtype its weights are saved in (weight_files.dtypes.ITEM_SIZE gives its bytes)."""
 
 
-def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, link=None) -> str:
-    """The plan's text; with `link` (round_forecast.Link), also the time of each round left."""
+def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: FederationDir, link: Link | None = None) -> str:
+    """The plan's text; with a measured `link`, also the time of each round left."""
     from ..config.job_values import time_problem, time_seconds
     from .history import dropped_sites
     from .receipts import read_receipt
@@ -100,48 +102,50 @@ def _weights(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) 
     base = Path(fed.base_model) if fed.base_model else root.round(0).global_model
     full = weight_bytes(base) if base.is_dir() else 0
     how = f"the model's weights, {full:,} bytes (the files of {base})"
-    if not full:
+    stored = _STORED.get(cfg.model.dtype, "F32")
+    if full:
+        tensors = _tensors(base)
+    else:
         params = _parameters(fed, cfg, lora=False)
-        full = params * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+        tensors = [(stored, params)]
+        full = params * ITEM_SIZE[stored]
         how = f"the model's weights, {full:,} bytes ({params:,} parameters x {cfg.model.dtype}, counted on the meta device)"
     mode = lora_sites(fed, [p.config for p in plans])
     if mode is None:
         if not fed.transfer.active:
             return {p.site.name: full for p in plans}, full, f"each site sends and receives {how}"
-        values = _values(base) if base.is_dir() else _parameters(fed, cfg, lora=False)
-        up, said = _encoded(fed, values)
+        up, said = _encoded(fed, tensors)
         return {p.site.name: up for p in plans}, full, f"each site sends {said}, and receives {how}"
     if fed.base_model:
         adapter, said = 0, "unknown before round 1 for a base model of its own (0 counted)"
     else:
         trainable = _parameters(fed, cfg, lora=True)
-        adapter = trainable * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+        adapter = trainable * ITEM_SIZE[stored]
         said = f"{adapter:,} bytes ({trainable:,} adapter parameters x {cfg.model.dtype})"
         if fed.transfer.active:
-            adapter, said = _encoded(fed, trainable)
+            adapter, said = _encoded(fed, [(stored, trainable)])
     down = adapter if mode == "adapters" else full
     what = "the global adapter" if mode == "adapters" else f"the merged global model, {how}"
     return {p.site.name: adapter for p in plans}, down, f"each site sends its LoRA adapter, {said}, and receives {what}"
 
 
-def _encoded(fed: FederationConfig, values: int) -> tuple[int, str]:
-    """Bytes of `values` weights encoded as transfer: says (a blockwise codec: a float32 scale per
-    block too), and how that was counted; a tensor's own dtype (`same`) counts 4 bytes a value."""
+def _encoded(fed: FederationConfig, tensors: list[tuple[str, int]]) -> tuple[int, str]:
+    """Bytes of the tensors (dtype, values) as transfer: encodes them (the codec's own count, a
+    blockwise codec's scales and padding included; the file's header of a few kB left out), and how."""
+    from ..transfer.codec import Codec, encoded_bytes
+
     t = fed.transfer
-    per = {"same": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1 + 4 / t.block_size, "int4": 0.5 + 4 / t.block_size}[t.dtype]
+    size = encoded_bytes(Codec(t.dtype, t.block_size), tensors)
+    values = sum(n for _, n in tensors)
     what = "its change" if t.delta else "its model"
-    return int(values * per), f"{what} in {t.dtype}, {int(values * per):,} bytes ({values:,} values x {per:g} bytes)"
+    return size, f"{what} in {t.dtype}, {size:,} bytes ({values:,} values, {size / max(values, 1):.4g} bytes a value)"
 
 
-def _values(directory: Path) -> int:
-    """Values of the floating-point tensors in a model directory's safetensors files (their headers only)."""
-    from ..transfer.codec import FLOAT_DTYPES
+def _tensors(directory: Path) -> list[tuple[str, int]]:
+    """(dtype, values) of every tensor in a model directory's safetensors files (their headers only)."""
     from ..weight_files.tensor_files import read_header
 
-    total = 0
-    for f in directory.glob("*.safetensors"):
-        total += sum(e.numel for e in read_header(f)[0].values() if e.dtype in FLOAT_DTYPES)
-    return total
+    return [(e.dtype, e.numel) for f in sorted(directory.glob("*.safetensors")) for e in read_header(f)[0].values()]
 
 
 def _parameters(fed: FederationConfig, cfg, lora: bool) -> int:

@@ -135,6 +135,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         p += _participation_problems(fed)
     p += _transfer_problems(fed)
     p += _exchange_problems(fed)
+    p += _executor_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:
@@ -210,18 +211,30 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
                 "(sites[].from_round/until_round); lower it, or let more sites take part in that round"
             )
             break
-    uses = [
-        k
-        for k, on in (
-            ("aggregation.min_sites", a.min_sites is not None),
-            ("site_retries", fed.site_retries > 0),
-            ("round_deadline", bool(fed.round_deadline)),
-        )
-        if on
-    ]
-    if uses and fed.executor == "streamflow":
-        p.append(f"{uses[0]}: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
     return p
+
+
+_NOT_YET = {
+    "streamflow": ("aggregation.min_sites", "site_retries", "round_deadline", "transfer"),
+    "agents": ("aggregation.min_sites", "site_retries", "round_deadline", "benchmarks"),
+}
+"""Settings an executor does not carry out yet: refused with it, the first one set named."""
+
+
+def _executor_problems(fed: FederationConfig) -> list[str]:
+    used = {
+        "aggregation.min_sites": fed.aggregation.min_sites is not None,
+        "site_retries": fed.site_retries > 0,
+        "round_deadline": bool(fed.round_deadline),
+        "transfer": fed.transfer.active,
+        "benchmarks": bool(fed.benchmarks),
+    }
+    keys = [k for k in _NOT_YET.get(fed.executor, ()) if used[k]]
+    return (
+        [f"{keys[0]}: not supported with executor: {fed.executor} yet; leave it out, or use executor: builtin"]
+        if keys
+        else []
+    )
 
 
 def _exchange_problems(fed: FederationConfig) -> list[str]:
@@ -232,19 +245,12 @@ def _exchange_problems(fed: FederationConfig) -> list[str]:
     if fed.exchange and fed.executor != "agents":
         return ["exchange: only used with executor: agents; remove it or set executor: agents"]
     if fed.exchange:
-        from ..errors import UserError
         from ..exchange import parse_exchange
 
         try:
             parse_exchange(fed.exchange)
         except UserError as exc:
             return [str(exc)]
-    if fed.executor == "agents":
-        uses = [k for k, on in (("aggregation.min_sites", fed.aggregation.min_sites is not None),
-                                ("site_retries", fed.site_retries > 0), ("round_deadline", bool(fed.round_deadline)),
-                                ("benchmarks", bool(fed.benchmarks))) if on]  # fmt: skip
-        if uses:
-            return [f"{uses[0]}: not supported with executor: agents yet; leave it out, or use executor: builtin"]
     return []
 
 
@@ -262,8 +268,6 @@ def _transfer_problems(fed: FederationConfig) -> list[str]:
             "transfer.delta: with aggregation.lora: merged every round starts a fresh adapter, so there is no change to send; "
             "use aggregation.lora: adapters, or transfer.delta: false"
         )
-    if t.active and fed.executor == "streamflow":
-        p.append("transfer: not supported with executor: streamflow yet; leave it out, or use executor: builtin")
     return p
 
 

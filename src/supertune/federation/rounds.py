@@ -32,7 +32,7 @@ from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
 from .tracked import GlobalSeries, tracking_overrides
 
-__all__ = ["Executor", "RoundWork", "SiteWork", "previous_checkpoint", "run_rounds", "site_config_file"]
+__all__ = ["Executor", "RoundWork", "SiteWork", "run_rounds", "site_config_file", "site_training"]
 
 log = logging.getLogger("supertune")
 
@@ -182,20 +182,9 @@ def _round_work(
             continue
         work.trained[plan.site.name] = sd.trained
         if number and read_receipt(sd.trained) is None:
-            if not sd.config.is_file():
-                kept = previous_checkpoint(fed, root, number, plan.site.name)
-                try:
-                    resolved = round_resolution(
-                        site_config_file(root, plan.site.name),
-                        round_overrides(fed, plan, number, previous, kept)
-                        + tracking_overrides(fed, plan, root, identity),
-                        files_here=not (plan.site.login or fed.executor == "agents"),
-                    )
-                except UserError as exc:  # e.g. the site's data withdrawn since the federation started
-                    raise UserError(f"{plan.site.name} round {number}: {exc}") from None
-                sd.path.mkdir(parents=True, exist_ok=True)
-                sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
-            work.train.append(SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained))
+            extra = tracking_overrides(fed, plan, root, identity) if not sd.config.is_file() else []
+            files_here = not (plan.site.login or fed.executor == "agents")
+            work.train.append(site_training(fed, plan, root, number, previous, extra, files_here=files_here))
         if read_receipt(sd.evaluated) is None:
             sd.path.mkdir(parents=True, exist_ok=True)
             work.evaluate.append(
@@ -205,7 +194,34 @@ def _round_work(
     return work
 
 
-def previous_checkpoint(fed: FederationConfig, root: FederationDir, number: int, site: str) -> Path | None:
+def site_training(
+    fed: FederationConfig,
+    plan: SitePlan,
+    root: FederationDir,
+    number: int,
+    previous: Path,
+    extra: list[str],
+    files_here: bool = True,
+) -> SiteWork:
+    """A site's training of round `number` from the global model `previous`: its round config written
+    (once: `round-NNN/<site>/site.yaml`, the site's kept config with the round's settings and `extra`)."""
+    sd = root.round(number).site(plan.site.name)
+    if not sd.config.is_file():
+        kept = _previous_checkpoint(fed, root, number, plan.site.name)
+        try:
+            resolved = round_resolution(
+                site_config_file(root, plan.site.name),
+                round_overrides(fed, plan, number, previous, kept) + extra,
+                files_here=files_here,
+            )
+        except UserError as exc:  # e.g. the site's data withdrawn since the federation started
+            raise UserError(f"{plan.site.name} round {number}: {exc}") from None
+        sd.path.mkdir(parents=True, exist_ok=True)
+        sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
+    return SiteWork(plan.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained)
+
+
+def _previous_checkpoint(fed: FederationConfig, root: FederationDir, number: int, site: str) -> Path | None:
     if fed.optimizer_state != "kept" or number == 1:
         return None
     receipt = read_receipt(root.round(number - 1).site(site).trained)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..config.load import dump_config
 from ..errors import UserError
@@ -33,6 +35,7 @@ from .schema import FederationConfig, SiteConfig
 __all__ = ["run_agent"]
 
 log = logging.getLogger("supertune")
+T = TypeVar("T")
 
 
 def run_agent(site_name: str, where: str, directory: str | None) -> FederationDir:
@@ -54,16 +57,22 @@ def run_agent(site_name: str, where: str, directory: str | None) -> FederationDi
         return root
 
 
-def _wait_for_config(exchange: Exchange, where: str) -> str:
-    said = time.monotonic()
-    while True:
-        raw = exchange.get_small(names.CONFIG)
-        if raw is not None:
-            return raw.decode("utf-8")
+def _until(get: Callable[[], T | None], poll: float, waiting_for: str) -> T:
+    """get() once per `poll` seconds until it has something; a line in the log once a minute meanwhile."""
+    since = said = time.monotonic()
+    while (got := get()) is None:
         if time.monotonic() - said >= 60:
             said = time.monotonic()
-            log.info("waiting for the coordinator to put the federation config on %s", where)
-        time.sleep(5)
+            log.info("waiting %.0f s for %s", said - since, waiting_for)
+        time.sleep(poll)
+    return got
+
+
+def _wait_for_config(exchange: Exchange, where: str) -> str:
+    raw = _until(
+        lambda: exchange.get_small(names.CONFIG), 5.0, f"the coordinator to put the federation config on {where}"
+    )
+    return raw.decode("utf-8")
 
 
 def _federation(text: str) -> FederationConfig:
@@ -116,14 +125,11 @@ class _Agent:
         log.info("site %s: the federation's %d rounds are done", name, self.fed.rounds)
 
     def _global_model(self, number: int) -> Path:
-        said, since = time.monotonic(), time.monotonic()
-        while (record := self.exchange.get_json(names.global_record(number))) is None:
-            if time.monotonic() - said >= 60:
-                said = time.monotonic()
-                log.info(
-                    "site %s: waiting %.0f s for the global model of round %d", self.site.name, said - since, number
-                )
-            time.sleep(self.fed.poll_seconds)
+        record = _until(
+            lambda: self.exchange.get_json(names.global_record(number)),
+            self.fed.poll_seconds,
+            f"the global model of round {number} (site {self.site.name})",
+        )
         model = self.root.round(number).global_model
         files = record.get("files")
         if not isinstance(files, dict) or not files:
@@ -152,29 +158,20 @@ class _Agent:
 
     def _train_and_send(self, number: int, previous: Path) -> None:
         from .builtin import BuiltinExecutor
-        from .rounds import RoundWork, SiteWork, previous_checkpoint
-        from .site_configs import site_config_file
+        from .rounds import RoundWork, site_training
         from .site_result import send_result
-        from .sites import round_overrides, round_resolution
 
         name = self.site.name
         rd = self.root.round(number)
         sd = rd.site(name)
         if read_receipt(sd.trained) is None:
-            if not sd.config.is_file():
-                kept = previous_checkpoint(self.local, self.root, number, name)
-                resolved = round_resolution(
-                    site_config_file(self.root, name), round_overrides(self.fed, self.plan, number, previous, kept)
-                )
-                sd.path.mkdir(parents=True, exist_ok=True)
-                sd.config.write_text(dump_config(resolved.config), encoding="utf-8")
-            work = SiteWork(self.site, number, sd.config, sd.path, run=sd.run, receipt=sd.trained)
-            BuiltinExecutor(self.local)._train(
+            work = site_training(self.local, self.plan, self.root, number, previous, [])
+            BuiltinExecutor(self.local).train(
                 RoundWork(number, previous, rd.global_model, rd.averaged, train=[work], trained={name: sd.trained})
             )
         trained = read_receipt(sd.trained)
         assert trained is not None
-        sent = send_result(self.local, self.root, number, name, trained["checkpoint"], previous)
+        sent = send_result(self.local, self.root, number, name, trained["checkpoint"], previous).directory
         files = self.exchange.put_tree(sent, names.site_files(name, number), leave_out=(RESIDUAL_FILE,))
         attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
         record = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..averaging.inputs import cached_digest, resolve_input
 from ..errors import UserError
-from ..transfer import PACKAGE_MANIFEST, Codec, read_package, write_package
+from ..transfer import PACKAGE_MANIFEST, Codec, Package, read_package, write_package
 from ..weight_files.tensor_files import TensorFile
 from .layout import FederationDir
 from .schema import FederationConfig
@@ -29,19 +29,19 @@ __all__ = ["send_result"]
 
 def send_result(
     fed: FederationConfig, root: FederationDir, number: int, site: str, checkpoint: str, previous: Path
-) -> Path:
+) -> Package:
     """The site's package of round `number` (made now unless a finished one is there): its checkpoint's
     weights encoded as fed.transfer says, a change from `previous` (the round's starting global model)."""
     out = root.round(number).site(site).sent
     if (out / PACKAGE_MANIFEST).is_file():  # published whole: a kill cannot leave half of one here
-        return out
+        return read_package(out)
     t = fed.transfer
     label = f"{site} round {number}"
     source = resolve_input(checkpoint)
     base = resolve_input(previous) if t.delta else None
     residual = _last_residual(root, number, site, label) if t.delta else None
     try:
-        write_package(
+        return write_package(
             out,
             source.weights,
             Codec(t.dtype, t.block_size),
@@ -55,7 +55,6 @@ def send_result(
     finally:
         if residual is not None:
             residual.close()
-    return out
 
 
 def _last_residual(root: FederationDir, number: int, site: str, label: str) -> TensorFile | None:

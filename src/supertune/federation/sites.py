@@ -55,7 +55,7 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
             agents = fed.executor == "agents"
             res = resolve(
                 None if agents else site.config,
-                [*site.overrides, *_base_overrides(fed, site, here=not agents)],
+                [*site.overrides, *base_overrides(fed, site, here=not agents)],
                 files_here=not (site.login or agents),
             )
         except ConfigError as exc:
@@ -92,7 +92,7 @@ def schedule_warning(site: SiteConfig, cfg: RunConfig) -> str | None:
     )
 
 
-def _base_overrides(fed: FederationConfig, site: SiteConfig, here: bool = True) -> list[str]:
+def base_overrides(fed: FederationConfig, site: SiteConfig, here: bool = True) -> list[str]:
     """What the federation sets for every round, checked once here with round 1's global model (the base).
     `here`: the site's cluster profile is one of this machine's (not an agent's, at its site)."""
     import yaml
@@ -149,8 +149,3 @@ def round_overrides(
 def round_resolution(plan_file: Path, overrides: list[str], files_here: bool = True) -> Resolution:
     """The site's run config for one round: its resolved base config file with the round's settings."""
     return resolve(plan_file, overrides, files_here=files_here)
-
-
-def base_overrides(fed: FederationConfig, site: SiteConfig) -> list[str]:
-    """What the federation sets for every round of `site`, as its agent resolves its config at the site."""
-    return _base_overrides(fed, site)

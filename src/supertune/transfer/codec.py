@@ -26,7 +26,7 @@ import numpy as np
 from ..weight_files.dtypes import narrow, widen_into
 from ..weight_files.shard_writer import PlannedTensor
 
-__all__ = ["CODECS", "FLOAT_DTYPES", "SCALE_SUFFIX", "Codec", "encoded_parts"]
+__all__ = ["CODECS", "FLOAT_DTYPES", "SCALE_SUFFIX", "Codec", "encoded_bytes", "encoded_parts"]
 
 CODECS: tuple[str, ...] = ("same", "bf16", "fp16", "int8", "int4")
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
@@ -148,3 +148,8 @@ def encoded_parts(codec: Codec, name: str, dtype: str, numel: int) -> list[Plann
     if codec.blockwise:
         return [PlannedTensor(name + SCALE_SUFFIX, "F32", (codec.blocks(numel),)), values]
     return [values]
+
+
+def encoded_bytes(codec: Codec, tensors: list[tuple[str, int]]) -> int:
+    """Bytes the codec stores for tensors given as (safetensors dtype, values), the file's header left out."""
+    return sum(part.nbytes for dtype, numel in tensors for part in encoded_parts(codec, "", dtype, numel))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -103,7 +104,7 @@ def write_package(
     base: Weights | None,
     base_digest: dict[str, str] | None = None,
     residual: TensorFile | None = None,
-    side_files: list[Path] = (),  # type: ignore[assignment]
+    side_files: Sequence[Path] = (),
     counts: dict[str, Any] | None = None,
     label: str = "",
 ) -> Package:
