@@ -25,6 +25,8 @@ def epilog() -> str:
         "  supertune federate runs/llama-2sites --skip-site lumi  # leave a site out of the next round only\n"
         "  supertune federate federation.yaml --plan            # expected node-hours and bytes of the rounds left\n"
         "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed   # a site's agent (executor: agents)\n"
+        "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed --submit --cluster leonardo --time 04:00:00\n"
+        "                                                       # the agent as a chain of SLURM jobs\n"
         "  supertune federate runs/llama-2sites --plan --link link.json   # and each round's time over a measured link\n"
         "\n"
         "The federation config and its keys: docs/federated.md.\n"
@@ -60,6 +62,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ssh://[user@]host[:port]/path); it trains the site's rounds here and meets the coordinator there",
     )
     p.add_argument(
+        "--submit",
+        action="store_true",
+        help="with --site: run the agent as a chain of SLURM jobs on --cluster, each submitting the next before its "
+        "time limit, until the federation's last round; with --dry-run, print the job script",
+    )
+    p.add_argument("--cluster", help="with --site --submit: the cluster profile whose SLURM runs the agent's jobs")
+    p.add_argument("--time", help="with --site --submit: each job's wall-clock limit (default 04:00:00)")
+    p.add_argument(
+        "--partition", help="with --site --submit: the partition of the agent's jobs (default: the profile's)"
+    )
+    p.add_argument(
         "--link",
         metavar="FILE",
         help="with --plan: also forecast each round's time (train, upload, wait, download) from a link measured by "
@@ -84,6 +97,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
 
+    chain = [f for f, v in (("--submit", args.submit), ("--cluster", args.cluster), ("--time", args.time),
+                            ("--partition", args.partition)) if v]  # fmt: skip
+    if chain and not (args.site and args.submit):
+        raise UserError(
+            f"{chain[0]}: only with --site NAME EXCHANGE --submit (a site's agent as a chain of SLURM jobs)"
+        )
+    if args.site and args.submit:
+        return _submit_chain(args)
     if args.status:
         if args.federation or args.dir or args.drop or args.skip_site:
             raise UserError("--status DIR takes no other arguments; e.g. supertune federate --status runs/llama-2sites")
@@ -129,4 +150,33 @@ def run(args: argparse.Namespace) -> int:
     root = federate(args.federation, args.dir, args.drop, args.skip_site)
     print((root.table_markdown).read_text(encoding="utf-8"), end="")
     print(f"supertune: federation finished: {root.path} (table {root.table_markdown.name}, plot {root.plot.name})")
+    return 0
+
+
+def _submit_chain(args: argparse.Namespace) -> int:
+    from ..errors import UserError
+    from ..federation.agent_chain import plan_chain, render_chain_script, submit_chain
+
+    if not args.federation or args.drop or args.skip_site or args.plan or args.status:
+        raise UserError("--site NAME EXCHANGE --submit: give the exchange, and no --drop/--skip-site/--plan/--status")
+    chain, profile = plan_chain(args.site, args.federation, args.dir, args.cluster, args.time, args.partition)
+    script = render_chain_script(chain, profile)
+    from ..config.schema import RunConfig
+    from ..runs.submit_checks import placeholder_problems
+
+    # The profile's placeholder account or modules would fail the job only after its wait in the queue.
+    problems = placeholder_problems(RunConfig(), profile)
+    if problems and not args.dry_run:
+        raise UserError("; ".join(problems))
+    if args.dry_run:
+        sys.stdout.write(script)
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        print(f"supertune: dry run: nothing written, nothing submitted (the script would be {chain.job_dir.job_script})",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    job_id = submit_chain(chain, script)
+    print(job_id)
+    print(f"supertune: site {args.site}: submitted job {job_id} on {chain.cluster}, a link of the agent's chain; "
+          f"logs in {chain.job_dir.logs}, the agent's directory {chain.directory}", file=sys.stderr)  # fmt: skip
     return 0

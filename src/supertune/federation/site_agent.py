@@ -2,10 +2,11 @@
 in a `screen`, or as a chain of jobs), only ever connecting out to the exchange: it reads the
 federation config there, resolves its site's run config here (its `config`, a path at the site, and
 its overrides; its data checked here), then for every round: waits for the round's global model,
-gets and checks it, evaluates it on the site's validation data, trains the site's next round from it
-(as the built-in executor trains a site: local processes, or a SLURM job on `where`, with
-site_retries), encodes what it sends (supertune.transfer, with the federation's transfer settings;
-the residual stays here) and puts it on the exchange, its record last.
+gets and checks it, evaluates it on the site's validation data and trains the site's next round from
+it (as the built-in executor evaluates and trains a site: local processes, or SLURM jobs on `where`),
+encodes what it sends (supertune.transfer, with the federation's transfer settings; the residual
+stays here) and puts it on the exchange, its record last. `--submit` runs it as a chain of SLURM
+jobs (agent_chain.py).
 
 It keeps its own directory (`--dir`, default runs/<federation>-<site>), laid out as a federation
 directory of one site: the global models it got, its runs, receipts and packages. Everything it puts
@@ -140,11 +141,21 @@ class _Agent:
         return model
 
     def _evaluate(self, number: int, model: Path) -> None:
+        from .builtin import BuiltinExecutor
+        from .rounds import RoundWork, SiteWork
         from .site_configs import site_config_file
-        from .site_eval import evaluate_at_site
 
-        receipt = self.root.round(number).site(self.site.name).evaluated
-        record = read_receipt(receipt) or evaluate_at_site(site_config_file(self.root, self.site.name), model, receipt)
+        rd = self.root.round(number)
+        sd = rd.site(self.site.name)
+        if read_receipt(sd.evaluated) is None:
+            # As the built-in executor evaluates a site: a SLURM job on `where` (the agent's node, a login
+            # node or a chain's small link, never holds a large model), or a local process.
+            work = SiteWork(
+                self.site, number, site_config_file(self.root, self.site.name), sd.path, receipt=sd.evaluated
+            )
+            BuiltinExecutor(self.local).run_round(RoundWork(number, model, model, rd.averaged, evaluate=[work]))
+        record = read_receipt(sd.evaluated)
+        assert record is not None
         log.info("site %s round %d: eval loss %.4f of the global model on this site's data", self.site.name, number,
                  record["eval_loss"])  # fmt: skip
         self.exchange.put_json(

@@ -17,7 +17,7 @@ from typing import Any
 from ..clusters.schema import ClusterProfile
 from ..config.schema import RunConfig
 
-__all__ = ["installed_torch_build", "submit_problems"]
+__all__ = ["installed_torch_build", "placeholder_problems", "submit_problems"]
 
 
 def installed_torch_build() -> tuple[str | None, str]:
@@ -43,7 +43,7 @@ def installed_torch_build() -> tuple[str | None, str]:
 
 def submit_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
     """Problems that would stop the job only once it starts; one line each, naming the fix."""
-    return _torch_problems(cfg, profile) + _placeholder_problems(cfg, profile)
+    return _torch_problems(cfg, profile) + placeholder_problems(cfg, profile)
 
 
 def _torch_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
@@ -72,7 +72,7 @@ def _python() -> str:
     return sys.executable
 
 
-def _placeholder_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
+def placeholder_problems(cfg: RunConfig, profile: ClusterProfile) -> list[str]:
     from ..clusters.registry import user_profile_dir
 
     target = user_profile_dir() / f"{profile.name}.yaml"
