@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 # by the names that reach one: read from the files, since pytest-xdist's scheduler runs in a process
 # that collects no tests.
 _SLURM_FILE = re.compile(r"\b(slurm_single|slurm_multi|slurm_client|mark\.slurm)\b")
+# Test files that compare with the DDP run of tests/strategy_runs.py (a test taking the `ddp` fixture):
+# a session fixture, so each worker that runs one of them trains its own copy (~27 CPU-s).
+_DDP_FILE = re.compile(r"def test_\w+\(\s*ddp\b")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -42,24 +45,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under pytest-xdist (`-n 2`, as scripts/test.sh runs the suite), which worker runs what.
 
     Every file that uses a Slurm test cluster goes to one worker: a cluster is a session fixture,
-    and two workers would each start one on the same ports and network namespaces. Every other file
-    stays whole on one worker, so that a module's fixture (a federation run, a reference training)
-    is computed once. (xdist's own `--dist loadgroup` marks groups in a node id attribute that
-    pytest 9 no longer reads, so the grouping is done here, by file.)
+    and two workers would each start one on the same ports and network namespaces. So does every
+    file that compares with the session's DDP run (the ZeRO and FSDP tests), which is then trained
+    once. Every other file stays whole on one worker, so that a module's fixture (a federation run,
+    a reference training) is computed once. (xdist's own `--dist loadgroup` marks groups in a node
+    id attribute that pytest 9 no longer reads, so the grouping is done here, by file.)
     """
     from xdist.scheduler import LoadScopeScheduling
 
     root = Path(config.rootpath)
-    slurm = {
-        path.relative_to(root).as_posix()
+    texts = {
+        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
         for path in (root / "tests").rglob("test_*.py")
-        if _SLURM_FILE.search(path.read_text(encoding="utf-8"))
     }
+    slurm = {path for path, text in texts.items() if _SLURM_FILE.search(text)}
+    ddp = {path for path, text in texts.items() if _DDP_FILE.search(text)} - slurm
 
     class FileOrSlurm(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "slurm" if path in slurm else path
+            return "slurm" if path in slurm else "ddp" if path in ddp else path
 
     return FileOrSlurm(config, log)
 

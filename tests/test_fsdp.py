@@ -3,6 +3,11 @@
 Each run trains the embedded tiny Llama for 6 steps at a global batch of 16 and is compared with a
 DDP run at the same global batch: per-step losses and the eval loss equal to 1e-5 in fp32. The same
 code shards on GPUs (NCCL); only the mesh's device type differs (supertune.distributed.fsdp).
+
+Every training process pays ~6 CPU-s of imports before its first step, so each run here proves
+several things at once: full sharding is the run stopped on request and resumed, hybrid_zero2 and
+gradient checkpointing are the LoRA run, and the other modes each save the final model in another
+output dtype.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from strategy_runs import COMMON, free_port, run_losses, train_run
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-5
+# Benchmarks of an FSDP run: the saved model read back whole (the parameters are sharded in training)
+# and scored on an embedded lm-evaluation-harness task, 8 questions.
+BENCHMARK = ["evaluation.tasks=[supertune_corpus_nouns]", "evaluation.limit=8"]
 
 
 def _assert_matches_ddp(ddp, losses, summary, tolerance=TOLERANCE):
@@ -44,18 +52,9 @@ def _assert_sharded(summary, mesh, units):
     assert abs(s["held_fraction"] - 1 / shards) <= 0.01, s  # this rank holds its shard of every parameter
 
 
-@pytest.mark.parametrize(
-    ("sharding", "extra", "units", "dtype"),
-    [
-        ("full", [], 5, "fp32"),
-        ("shard_grad_op", ["distributed.fsdp.auto_wrap=false"], 1, "bf16"),
-        ("hybrid", ["distributed.fsdp.cpu_offload=true"], 5, "fp16"),
-        ("hybrid_zero2", ["model.gradient_checkpointing=true"], 5, "fp32"),
-    ],
-)
-def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extra, units, dtype):
-    """Every sharding mode (hybrid on one node is full / shard_grad_op over its processes), auto_wrap
-    on and off, cpu_offload, gradient checkpointing; the final model reloads with plain transformers."""
+def _assert_saved_full_model(run_dir, ddp_dir, dtype, summary):
+    """model/ is one full Hugging Face checkpoint in the output dtype that plain transformers loads: in
+    fp32 the DDP run's weights and the run's eval loss; otherwise the gathered fp32 weights, rounded."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -63,14 +62,8 @@ def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extr
     from supertune.config import load_saved_config
     from supertune.evaluation.perplexity import evaluate_saved_model
 
-    run_dir = tmp_path / "run"
-    losses, summary = train_run(
-        run_dir, "distributed.strategy=fsdp", f"distributed.fsdp.sharding={sharding}", f"output.dtype={dtype}", *extra
-    )
-    _assert_matches_ddp(ddp, losses, summary)
-    _assert_sharded(summary, {"dp_shard": 2}, units)
     weights = load_file(run_dir / "model" / "model.safetensors")
-    ddp_weights = load_file(ddp[0] / "model" / "model.safetensors")
+    ddp_weights = load_file(ddp_dir / "model" / "model.safetensors")
     assert weights.keys() == ddp_weights.keys()
     want = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     assert all(t.dtype == want for t in weights.values())
@@ -85,10 +78,37 @@ def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extr
         assert max((ddp_weights[k].to(want) - weights[k]).abs().max().item() for k in weights) <= 1e-2
 
 
-def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_path):
-    """LoRA on pretrained weights (the DDP run's model): frozen base and adapters sharded together.
-    4 per forward pass x 2 micro-batches per step, against DDP at the same split: the gradient
-    reduction waits for the last micro-batch."""
+@pytest.mark.parametrize(
+    ("sharding", "extra", "units", "dtype"),
+    [
+        ("shard_grad_op", ["distributed.fsdp.auto_wrap=false", *BENCHMARK], 1, "bf16"),
+        ("hybrid", ["distributed.fsdp.cpu_offload=true"], 5, "fp16"),
+    ],
+)
+def test_fsdp_matches_ddp_and_saves_one_full_model(ddp, tmp_path, sharding, extra, units, dtype):
+    """shard_grad_op with auto_wrap off, hybrid (on one node: full sharding over its processes) with
+    cpu_offload; the final model in bf16 and fp16 reloads with plain transformers. (full sharding
+    with the fp32 model: the stop-request test; hybrid_zero2 with gradient checkpointing: the LoRA
+    test.) The shard_grad_op run scores its saved model on a benchmark at the end."""
+    run_dir = tmp_path / "run"
+    losses, summary = train_run(
+        run_dir, "distributed.strategy=fsdp", f"distributed.fsdp.sharding={sharding}", f"output.dtype={dtype}", *extra
+    )
+    _assert_matches_ddp(ddp, losses, summary)
+    _assert_sharded(summary, {"dp_shard": 2}, units)
+    _assert_saved_full_model(run_dir, ddp[0], dtype, summary)
+    if BENCHMARK[0] in extra:
+        records = [json.loads(line) for line in (run_dir / "benchmarks.jsonl").read_text().splitlines()]
+        assert [(r["step"], r["model"]) for r in records] == [(6, "model")]
+        assert set(records[0]["scores"]) == {"supertune_corpus_nouns"}
+        assert summary["benchmarks"] == records[0]["scores"]
+
+
+def test_lora_under_hybrid_zero2_with_gradient_checkpointing_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_path):
+    """LoRA on pretrained weights (the DDP run's model): frozen base and adapters sharded together,
+    hybrid_zero2 (on one node: shard_grad_op over its processes), gradient checkpointing recomputing
+    each decoder layer. 4 per forward pass x 2 micro-batches per step, against DDP (no recomputation)
+    at the same split: the gradient reduction waits for the last micro-batch."""
     from safetensors.torch import load_file
 
     from supertune.config import load_saved_config
@@ -102,7 +122,13 @@ def test_lora_under_fsdp_matches_ddp_and_saves_adapters_that_reload(ddp, tmp_pat
         "training.global_batch_size=16",
     ]
     ddp_lora = train_run(tmp_path / "ddp", *lora)
-    losses, summary = train_run(tmp_path / "run", "distributed.strategy=fsdp", *lora)
+    losses, summary = train_run(
+        tmp_path / "run",
+        "distributed.strategy=fsdp",
+        "distributed.fsdp.sharding=hybrid_zero2",
+        "model.gradient_checkpointing=true",
+        *lora,
+    )
     _assert_matches_ddp((tmp_path / "ddp", *ddp_lora), losses, summary)
     _assert_sharded(summary, {"dp_shard": 2}, 5)
     adapters = load_file(tmp_path / "run" / "model" / "adapter_model.safetensors")
@@ -138,12 +164,12 @@ def _torchrun_worker(run_dir):
     )
 
 
-def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resumes(ddp, tmp_path):
+def test_a_stop_request_under_full_fsdp_writes_a_sharded_checkpoint_and_the_resumed_run_is_ddps(ddp, tmp_path):
     """A stop request (the stop file, as SIGUSR1 and the Slurm requeue path write it) saves a sharded
     checkpoint of the step and stops; started again, the run resumes there and ends with the DDP
-    run's weights and per-step losses."""
+    run's per-step losses and weights. Full sharding with auto_wrap (every decoder layer a unit), the
+    final model saved in fp32: one full checkpoint that plain transformers reloads to the eval loss."""
     import yaml
-    from safetensors.torch import load_file
 
     from supertune.checkpoints.layout import CheckpointDir
     from supertune.checkpoints.manifest import check_files, read_manifest
@@ -153,6 +179,8 @@ def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resum
     run.path.mkdir()
     config = yaml.safe_load((ddp[0] / "config.yaml").read_text())
     config["distributed"]["strategy"] = "fsdp"
+    config["distributed"]["fsdp"].update(sharding="full", auto_wrap=True, cpu_offload=False)
+    config["output"]["dtype"] = "fp32"
     (run.path / "config.yaml").write_text(yaml.safe_dump(config))
     run.stop_request.write_text("")  # present from the start: the first step's end sees it
     stopped = _torchrun_worker(run.path)
@@ -174,9 +202,8 @@ def test_a_stop_request_under_fsdp_writes_a_sharded_checkpoint_and_the_run_resum
     losses, summary = run_losses(run.path)
     _assert_matches_ddp(ddp, losses, summary)
     assert summary["resumed_from_step"] == 1
-    weights = load_file(run.model / "model.safetensors")
-    ddp_weights = load_file(ddp[0] / "model" / "model.safetensors")
-    assert max((ddp_weights[k] - weights[k]).abs().max().item() for k in weights) <= 1e-5
+    _assert_sharded(summary, {"dp_shard": 2}, 5)
+    _assert_saved_full_model(run.path, ddp[0], "fp32", summary)
 
 
 def test_fsdp_refuses_to_resume_from_a_checkpoint_without_shards(ddp, tmp_path):

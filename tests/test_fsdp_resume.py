@@ -37,6 +37,7 @@ SETTINGS = [
     "training.global_batch_size=16",
     "training.report_to=[]",
     "generate.max_new_tokens=0",
+    "data.max_eval_samples=16",  # no eval loss is compared here: the final evaluation only has to run
 ]
 SHARDED = ("fsdp_model", "fsdp_optimizer")
 

@@ -4,7 +4,8 @@ tokenizer read from its own path, trained in bf16 mixed precision under FSDP (Le
 `hybrid_zero2` on one node, Karolina `hybrid` across two), started with plain srun at each site,
 then averaged from the sites' sharded checkpoints into a global model saved in fp16. CPU-scaled: two
 rounds, the embedded tiny Llama, both sites as jobs on the two-node Slurm test cluster with their
-profiles adapted to it.
+profiles adapted to it. A round's global model is also `supertune average` of the sites' gathered
+final models, bit for bit: reading the shards a tensor at a time loses nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from supertune.averaging import average_checkpoints
     from supertune.embedded import default_tokenizer
     from supertune.federation.default import site_corpus
 
@@ -80,6 +82,21 @@ def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
             assert trained["step"] == 2  # each round a run of steps_per_round from the global model
             # what the round averaged: the site's sharded checkpoint, every rank's shards
             assert (Path(trained["checkpoint"]) / "fsdp_model").is_dir(), trained
+
+    # round 1 averaged every rank's shards of both sites' checkpoints (no gathered weights in them):
+    # the same model as `supertune average` of the two runs' gathered final models (their model/)
+    round1 = fed_dir / "round-001"
+    trained = [json.loads((round1 / name / "trained.json").read_text()) for name in ("leonardo", "karolina")]
+    checkpoints = [t["checkpoint"] for t in trained]
+    assert not [f for c in checkpoints for f in Path(c).glob("*.safetensors")], checkpoints
+    manifest = json.loads((round1 / "global" / "supertune-average.json").read_text())
+    assert [i["directory"] for i in manifest["inputs"]] == checkpoints
+    assert {i["described"] for i in manifest["inputs"]} == {"checkpoint (FSDP shards)"}
+    average_checkpoints([t["run"] for t in trained], tmp_path / "gathered", dtype="fp16")
+    ours, theirs = (
+        load_file(d / "model-00001-of-00001.safetensors") for d in (round1 / "global", tmp_path / "gathered")
+    )
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
     # the global model: fp16, loads with plain transformers, better on both sites' data than the base
     [global_dir] = [p for p in (fed_dir / "round-002").iterdir() if p.is_dir() and (p / "config.json").is_file()]
