@@ -40,14 +40,16 @@ def test_a_site_agent_runs_as_a_chain_of_jobs_that_ends_with_the_federation(
         train, validation = site_corpus(name)
         overrides = [f"data.train_files={train}", f"data.validation_files={validation}", "generate.max_new_tokens=0",
                      "training.report_to=[]", "data.max_eval_samples=16"]  # fmt: skip
-        where = {"where": "testcluster"} if name == "site-a" else {}
+        # site-a's run config is a path relative to where its chain was submitted from (tmp_path)
+        where = {"where": "testcluster", "config": "site-a.yaml"} if name == "site-a" else {}
         sites.append({"name": name, "overrides": overrides, "steps_per_round": 2, **where})
+    (tmp_path / "site-a.yaml").write_text("training:\n  logging_steps: 1\n")
     (tmp_path / "federation.yaml").write_text(yaml.safe_dump({
         "name": "chained", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "poll_seconds": 1,
         "executor": "agents", "exchange": str(exchange), "sites": sites}))  # fmt: skip
     agent = tmp_path / "agent-a"
     submitted = supertune("federate", "--site", "site-a", str(exchange), "--dir", str(agent), "--submit",
-                          "--cluster", "testcluster", "--time", "00:10:00", env=slurm_client)  # fmt: skip
+                          "--cluster", "testcluster", "--time", "00:10:00", env=slurm_client, cwd=tmp_path)  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     first = submitted.stdout.strip()
     assert _jobs(agent) == [first] and "a link of the agent's chain" in submitted.stderr
@@ -84,6 +86,7 @@ def test_a_site_agent_runs_as_a_chain_of_jobs_that_ends_with_the_federation(
     assert (agent / "round-001" / "site-a" / "sent").is_dir()
     # the link evaluated and trained nothing itself: its site's `where` jobs did
     assert (agent / "round-001" / "site-a" / "run" / "job.sbatch").is_file()
+    assert "logging_steps: 1\n" in (agent / "round-001" / "site-a" / "site.yaml").read_text()
     assert all((agent / f"round-00{n}" / "site-a" / "evaluate" / "job.sbatch").is_file() for n in (0, 1))
     assert list((tmp_path / "fed" / "round-001" / "global").glob("*.safetensors"))
 

@@ -49,6 +49,9 @@ class AgentChain:
     time: str
     partition: str | None
     python: str
+    workdir: Path
+    """Where the chain was submitted from: every link runs there, so the site's `config:` and other
+    relative paths mean what they meant to the user (sbatch would start it in the job's directory)."""
 
     @property
     def job_dir(self) -> RunDir:
@@ -90,7 +93,9 @@ def plan_chain(
     assert cluster is not None
     profile = load_profile(cluster, what="--cluster")
     where = Path(directory or Path("runs") / f"{site}-agent").expanduser().absolute()
-    chain = AgentChain(site, exchange, where, cluster, limit, partition or profile.partition, sys.executable)
+    chain = AgentChain(
+        site, exchange, where, cluster, limit, partition or profile.partition, sys.executable, Path.cwd().absolute()
+    )
     return chain, profile
 
 
@@ -124,6 +129,9 @@ def render_chain_script(chain: AgentChain, profile: ClusterProfile) -> str:
     env = [f"export {env_name(name)}={env_value(str(value))}" for name, value in profile.env.items()]
     if env:
         sections.append("\n".join(["# Environment of the cluster profile", *env]))
+    sections.append(
+        f"# Where the chain was submitted from: the site's relative paths are read from there\ncd -- {quote(str(chain.workdir))}"
+    )
     sections.append(_LINK.replace("@AGENT@", join(agent)).replace("@NEXT@", join(chain.submit_words()))
                     .replace("@SITE@", quote(chain.site)))  # fmt: skip
     return "\n\n".join(s for s in sections if s) + "\n"
