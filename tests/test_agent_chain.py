@@ -113,9 +113,10 @@ def test_the_chains_script_and_its_refusals(capsys, tmp_path: Path) -> None:
     assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --gpus" not in script
     assert "module load" in script  # the profile's software stack, for the agent and the next submission
     quoted = "'" + str(agent).replace("'", "'\"'\"'") + "'"
-    assert f"federate --site leonardo ssh://me@vm.example.org/srv/fed --dir {quoted} &" in script
+    assert f"-m supertune.entry agent-link leonardo ssh://me@vm.example.org/srv/fed --dir {quoted} &" in script
     assert script.rstrip().endswith(
-        f"--dir {quoted} --submit --cluster leonardo --time 00:30:00 --partition lrd_all_serial"
+        f"agent-link leonardo ssh://me@vm.example.org/srv/fed --dir {quoted} --next --cluster leonardo "
+        "--time 00:30:00 --partition lrd_all_serial"
     )
     for argv, expected in (
         (("--cluster", "leonardo"), "--cluster: only with --site NAME EXCHANGE --submit"),
@@ -128,6 +129,7 @@ def test_the_chains_script_and_its_refusals(capsys, tmp_path: Path) -> None:
         (("--site", "a", "ftp://x/y", "--submit", "--cluster", "leonardo"), "EXCHANGE (with --site): 'ftp://x/y'"),
         (("--site", "a", str(tmp_path), "--submit", "--cluster", "leonard"), "--cluster: unknown cluster 'leonard'"),
         (("--site", "a", str(tmp_path), "--submit", "--cluster", "leonardo"), "holds the shipped placeholder"),
+        (("--site=-all", str(tmp_path), "--submit", "--cluster", "leonardo"), "--site: '-all' is no site name"),
     ):
         code, _, err = cli("federate", *argv)
         lines = [line for line in err.splitlines() if line.startswith("supertune: error: ")]

@@ -26,6 +26,7 @@ SITE_TASK = "site-task"
 SITE_EVAL = "site-eval"
 PREPARE_ARRAY = "prepare-array"
 BENCH_EVAL = "bench-eval"
+AGENT_LINK = "agent-link"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
             PREPARE_ARRAY,
             "supertune.store.array_entry",
             "a task of `supertune prepare --submit`: tokenize one part, or merge the parts",
+        ),
+        EntryPoint(
+            AGENT_LINK,
+            "supertune.federation.agent_link",
+            "a link of `supertune federate --site NAME EXCHANGE --submit`: the site's agent, or the next link's submission",
         ),
         EntryPoint(
             BENCH_EVAL,

@@ -4,8 +4,8 @@ For a site whose login nodes do not keep a process running for days: each link i
 task, no GPU; on a partition whose nodes may connect out to the exchange) that runs the agent until
 SLURM's USR1 comes `LEAD` seconds before its time limit. The job script then stops the agent (which
 is safe at any moment: run again, it picks up where it was, and a site training job it submitted
-stays queued and is waited for, not submitted twice) and runs the same `--submit` command again,
-which renders the same script and submits the next link. The chain ends with the agent: after the
+stays queued and is waited for, not submitted twice) and submits the next link (entry point
+`agent-link --next`, which plans, renders and submits as `--submit` did: the same script). The chain ends with the agent: after the
 federation's last round (exit 0), or at the agent's first error (its status, with the error in the
 link's log), never by resubmitting a failure.
 
@@ -62,11 +62,16 @@ class AgentChain:
         """LEAD, or a quarter of a link shorter than 8 minutes (a test's, say)."""
         return min(LEAD, max(10, time_seconds(self.time) // 4))
 
-    def submit_words(self) -> list[str]:
-        """The command that submits a link, as the previous link runs it."""
-        words = [self.python, "-m", "supertune", "federate", "--site", self.site, self.exchange,
-                 "--dir", str(self.directory), "--submit", "--cluster", self.cluster, "--time", self.time]  # fmt: skip
-        return words + (["--partition", self.partition] if self.partition else [])
+    def link_words(self, *, submit_next: bool) -> list[object]:
+        """What a link runs: the agent, or (`submit_next`) the submission of the next link, which
+        plans, renders and submits exactly as `--submit` did."""
+        from ..entry import AGENT_LINK, entry_words
+
+        args = [self.site, self.exchange, "--dir", str(self.directory)]
+        if submit_next:
+            args += ["--next", "--cluster", self.cluster, "--time", self.time]
+            args += ["--partition", self.partition] if self.partition else []
+        return [self.python, *entry_words(AGENT_LINK, args)]
 
 
 def plan_chain(
@@ -75,8 +80,13 @@ def plan_chain(
     """The chain from the command line, every value checked; nothing is read from the exchange (the
     coordinator need not have started) and nothing is written."""
     from ..clusters import load_profile
+    from .load import SITE_NAME
 
     problems = []
+    if not SITE_NAME.match(site):
+        problems.append(
+            f"--site: {site!r} is no site name (letters, digits, '_' and '-', starting with a letter or digit)"
+        )
     if not cluster:
         problems.append(
             "--cluster: name the cluster profile whose SLURM runs the agent's jobs, e.g. --cluster leonardo "
@@ -116,8 +126,6 @@ def render_chain_script(chain: AgentChain, profile: ClusterProfile) -> str:
         ("open-mode", "append"),
         ("signal", f"B:USR1@{chain.lead}"),
     ]
-    agent = [chain.python, "-m", "supertune", "federate", "--site", chain.site, chain.exchange,
-             "--dir", str(chain.directory)]  # fmt: skip
     lines = [
         "#!/bin/bash",
         f"# One link of the supertune agent of site {comment(chain.site)} (exchange {comment(chain.exchange)}):",
@@ -132,7 +140,8 @@ def render_chain_script(chain: AgentChain, profile: ClusterProfile) -> str:
     sections.append(
         f"# Where the chain was submitted from: the site's relative paths are read from there\ncd -- {quote(str(chain.workdir))}"
     )
-    sections.append(_LINK.replace("@AGENT@", join(agent)).replace("@NEXT@", join(chain.submit_words()))
+    sections.append(_LINK.replace("@AGENT@", join(chain.link_words(submit_next=False)))
+                    .replace("@NEXT@", join(chain.link_words(submit_next=True)))
                     .replace("@SITE@", quote(chain.site)))  # fmt: skip
     return "\n\n".join(s for s in sections if s) + "\n"
 
