@@ -154,16 +154,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _submit_chain(args: argparse.Namespace) -> int:
+    from ..config.schema import RunConfig
     from ..errors import UserError
     from ..federation.agent_chain import plan_chain, render_chain_script, submit_chain
+    from ..runs.submit_checks import placeholder_problems
 
     if not args.federation or args.drop or args.skip_site or args.plan or args.status:
         raise UserError("--site NAME EXCHANGE --submit: give the exchange, and no --drop/--skip-site/--plan/--status")
     chain, profile = plan_chain(args.site, args.federation, args.dir, args.cluster, args.time, args.partition)
     script = render_chain_script(chain, profile)
-    from ..config.schema import RunConfig
-    from ..runs.submit_checks import placeholder_problems
-
     # The profile's placeholder account or modules would fail the job only after its wait in the queue.
     problems = placeholder_problems(RunConfig(), profile)
     if problems and not args.dry_run:
