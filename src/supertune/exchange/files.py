@@ -237,15 +237,12 @@ class Exchange:
             raise UserError(f"exchange {self.address.text}: {name} is not a JSON object; it is not used")
         return data
 
-    def put_tree(self, local: Path, prefix: str, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
-        """Every file under `local` (none partial, none named in `leave_out`) put under `prefix`; the
-        table {name: {size, sha256}}."""
-        table = {}
-        kept = (p for p in local.rglob("*") if p.is_file() and not p.name.endswith(PARTIAL) and p.name not in leave_out)
-        for path in sorted(kept):
-            rel = path.relative_to(local).as_posix()
-            put = self.put_file(path, f"{prefix}/{rel}")
-            table[rel] = {"size": put["size"], "sha256": put["sha256"]}
+    def put_tree(self, local: Path, prefix: str, table: dict[str, dict]) -> dict[str, dict]:
+        """Every file of `table` ({relative path: {size, sha256}} of files under `local`: a package's or
+        `file_table`'s, so that nothing is hashed twice) put under `prefix`; returns the table."""
+        for rel, entry in sorted(table.items()):
+            self.path(rel)  # a plain relative name, or ValueError: never a path out of `local`
+            self.put_file(local / rel, f"{prefix}/{rel}", sha256=str(entry["sha256"]))
         return table
 
     def get_tree(self, prefix: str, table: dict[str, dict], local: Path) -> None:

@@ -2,7 +2,7 @@
 machine's filesystem, or a host reached with ssh.
 
 Over ssh each operation is one POSIX shell command on the far side (cat, tail, wc, sha256sum, mv,
-mkdir, rm, ls), every path in it quoted; the connection is opened once and shared by the commands
+mkdir, rm), every path in it quoted; the connection is opened once and shared by the commands
 (OpenSSH's ControlMaster, a socket in a private temporary directory), so an operation costs a round
 trip, not a handshake. The ssh client is `ssh`, or the command in SUPERTUNE_SSH (e.g. `ssh -F
 ~/.ssh/exchange_config`), with the user's own ssh configuration, keys and agent; never a password
@@ -68,10 +68,6 @@ class DirectoryHost:
             shutil.rmtree(p)
         else:
             p.unlink(missing_ok=True)
-
-    def listdir(self, path: str) -> list[str]:
-        p = Path(path)
-        return sorted(x.name for x in p.iterdir()) if p.is_dir() else []
 
     def ping(self) -> None:
         return None
@@ -143,10 +139,6 @@ class SshHost:
 
     def remove(self, path: str) -> None:
         self._run(f"rm -rf {shlex.quote(path)}")
-
-    def listdir(self, path: str) -> list[str]:
-        q = shlex.quote(path)
-        return sorted(self._run(f"if [ -d {q} ]; then ls -1A {q}; fi").splitlines())
 
     def ping(self) -> None:
         self._run("true")

@@ -7,22 +7,23 @@ Receipts are the built-in executor's: a site's result, once got and checked, is 
 (`trained.json`, pointing at the package in `round-NNN/<site>/sent/`), the attempts its agent
 recorded are its `cost.json`, its evaluation is its `evaluated.json`. So the round table, --status,
 --plan and a resumed federation read an agents federation as any other. Every wait asks the exchange
-once per `poll_seconds` and says in the log, once a minute, which sites it waits for.
+once per `poll_seconds` (exchange_wait.py).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
 from ..exchange import Exchange, parse_exchange
+from ..file_table import file_table
 from ..transfer import PACKAGE_MANIFEST, package_problems, read_package
 from . import exchange_layout as names
 from .builtin import average_phase
 from .cost import record_attempt
+from .exchange_wait import wait_at_exchange
 from .layout import FederationDir
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
@@ -61,7 +62,7 @@ class AgentsExecutor:
         if self.exchange.get_json(names.global_record(number)) is not None:
             return
         log.info("round %d: putting the global model on the exchange %s", number, self.fed.exchange)
-        files = self.exchange.put_tree(model, names.global_files(number))
+        files = self.exchange.put_tree(model, names.global_files(number), file_table(model))
         self.exchange.put_json(names.global_record(number), {"round": number, "files": files})
 
     def _each_record(
@@ -71,22 +72,18 @@ class AgentsExecutor:
         take: Callable[[SiteWork, dict], None],
         what: str,
     ) -> None:
-        """take(site, record) for each site's record at the exchange, as it arrives: asking once per
-        poll_seconds, and saying once a minute which sites it waits for."""
+        """take(site, record) for each site's record at the exchange, as it arrives."""
         pending = {w.name: w for w in works}
-        since = said = time.monotonic()
-        while pending:
+
+        def ask() -> bool | None:
             for name, w in list(pending.items()):
                 record = self.exchange.get_json(record_name(name))
                 if record is not None:
                     take(w, record)
                     del pending[name]
-            if not pending:
-                return
-            if time.monotonic() - said >= 60:
-                said = time.monotonic()
-                log.info("%s: waiting %.0f s for %s at the exchange", what, said - since, ", ".join(sorted(pending)))
-            time.sleep(self.fed.poll_seconds)
+            return True if not pending else None
+
+        wait_at_exchange(ask, self.fed.poll_seconds, lambda: f"{what} of {', '.join(sorted(pending))} at the exchange")
 
     def _collect(self, work: RoundWork) -> None:
         """Each training site's result of the round, got and checked, as its training receipt."""

@@ -121,10 +121,11 @@ def merge_final_adapter(fed: FederationConfig, base: Path, root: FederationDir) 
 
 def holds_adapters(directory: Path) -> bool:
     """Whether a site's checkpoint (or the transfer package it sent) holds LoRA adapters, not a model."""
+    from ..averaging.inputs import ADAPTER_CONFIG
     from ..transfer import PACKAGE_MANIFEST, read_package
 
     if (directory / PACKAGE_MANIFEST).is_file():
-        return "adapter_config.json" in read_package(directory).files
+        return ADAPTER_CONFIG in read_package(directory).files
     return (directory / "adapter_model.safetensors").is_file()
 
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from ..config.load import dump_config
 from ..errors import UserError
 from ..exchange import Exchange, parse_exchange
+from ..file_table import size_and_sha256
 from ..resolve import resolve
-from ..transfer.package import RESIDUAL_FILE
+from ..transfer.package import PACKAGE_MANIFEST
 from . import exchange_layout as names
+from .exchange_wait import wait_at_exchange
 from .layout import FederationDir
 from .receipts import read_receipt
 from .schema import FederationConfig, SiteConfig
@@ -36,7 +35,6 @@ from .schema import FederationConfig, SiteConfig
 __all__ = ["run_agent"]
 
 log = logging.getLogger("supertune")
-T = TypeVar("T")
 
 
 def run_agent(site_name: str, where: str, directory: str | None) -> FederationDir:
@@ -58,20 +56,11 @@ def run_agent(site_name: str, where: str, directory: str | None) -> FederationDi
         return root
 
 
-def _until(get: Callable[[], T | None], poll: float, waiting_for: str) -> T:
-    """get() once per `poll` seconds until it has something; a line in the log once a minute meanwhile."""
-    since = said = time.monotonic()
-    while (got := get()) is None:
-        if time.monotonic() - said >= 60:
-            said = time.monotonic()
-            log.info("waiting %.0f s for %s", said - since, waiting_for)
-        time.sleep(poll)
-    return got
-
-
 def _wait_for_config(exchange: Exchange, where: str) -> str:
-    raw = _until(
-        lambda: exchange.get_small(names.CONFIG), 5.0, f"the coordinator to put the federation config on {where}"
+    raw = wait_at_exchange(
+        lambda: exchange.get_small(names.CONFIG),
+        5.0,
+        lambda: f"the coordinator to put the federation config on {where}",
     )
     return raw.decode("utf-8")
 
@@ -126,10 +115,10 @@ class _Agent:
         log.info("site %s: the federation's %d rounds are done", name, self.fed.rounds)
 
     def _global_model(self, number: int) -> Path:
-        record = _until(
+        record = wait_at_exchange(
             lambda: self.exchange.get_json(names.global_record(number)),
             self.fed.poll_seconds,
-            f"the global model of round {number} (site {self.site.name})",
+            lambda: f"the global model of round {number} (site {self.site.name})",
         )
         model = self.root.round(number).global_model
         files = record.get("files")
@@ -182,8 +171,11 @@ class _Agent:
             )
         trained = read_receipt(sd.trained)
         assert trained is not None
-        sent = send_result(self.local, self.root, number, name, trained["checkpoint"], previous).directory
-        files = self.exchange.put_tree(sent, names.site_files(name, number), leave_out=(RESIDUAL_FILE,))
+        package = send_result(self.local, self.root, number, name, trained["checkpoint"], previous)
+        sent = package.directory
+        # the package's own table (its residual stays here), and its manifest
+        table = {**package.files, PACKAGE_MANIFEST: size_and_sha256(sent / PACKAGE_MANIFEST)}
+        files = self.exchange.put_tree(sent, names.site_files(name, number), table)
         attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
         record = {
             key: trained.get(key) for key in ("step", "tokens", "loss_tokens", "samples", "eval_loss", "seconds", "run")
