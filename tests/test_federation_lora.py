@@ -289,3 +289,99 @@ def test_a_global_adapter_is_refused_for_a_site_reached_over_ssh() -> None:
         "aggregation.lora: adapters: the global adapter names its base by its path on this machine, which sites far "
         "(reached over SSH) do not have; use aggregation.lora: merged, which sends them the full model"
     ]
+
+
+@pytest.mark.slow
+def test_site_agents_send_their_adapters_and_the_coordinator_averages_the_merged_models(tmp_path: Path) -> None:
+    """executor: agents with LoRA sites (aggregation.lora: merged): each agent trains an adapter on the
+    full global model it got, puts only the adapter on the exchange, and the coordinator's global model is
+    base + sum_i w_i s B_i A_i of what the agents sent; every site is better under it than under the base.
+    aggregation.lora: adapters is refused in one line, at the coordinator and at an agent."""
+    import subprocess
+    import sys
+
+    path = _federation(tmp_path, rounds=1, aggregation={"lora": "merged"})
+    data = yaml.safe_load(path.read_text())
+    exchange = tmp_path / "exchange"
+    data.update(executor="agents", exchange=str(exchange), poll_seconds=1)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+    def start(*args: str, log: str) -> subprocess.Popen:
+        out = (tmp_path / log).open("w")
+        return subprocess.Popen([sys.executable, "-m", "supertune", "federate", *args], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)  # fmt: skip
+
+    procs = {
+        "coordinator.log": start(str(path), "--dir", str(tmp_path / "fed"), log="coordinator.log"),
+        **{
+            f"{s}.log": start("--site", s, str(exchange), "--dir", str(tmp_path / s), log=f"{s}.log")
+            for s in ("site-a", "site-b")
+        },  # fmt: skip
+    }
+    try:
+        import time
+
+        deadline = time.time() + 600
+        while any(proc.poll() is None for proc in procs.values()) and time.time() < deadline:
+            for log, proc in procs.items():  # an agent that stopped with an error leaves the coordinator waiting
+                assert proc.poll() in (None, 0), (tmp_path / log).read_text()[-3000:]
+            time.sleep(0.5)
+        for log, proc in procs.items():
+            assert proc.poll() == 0, (tmp_path / log).read_text()[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+    fed_dir = tmp_path / "fed"
+    table = json.loads((fed_dir / "rounds.json").read_text())
+    for row in table["rows"]:
+        assert row["global"] < table["base"][row["site"]], (row, table["base"])
+    rd = fed_dir / "round-001"
+    receipt = json.loads((rd / "averaged.json").read_text())
+    assert max(receipt["sent_bytes"].values()) * 10 < receipt["received_bytes"]  # adapters up, the full model down
+    base, merged = _weights(fed_dir / "round-000" / "global"), _weights(rd / "global")
+    assert merged.keys() == base.keys()
+    weights = receipt["weights"]
+    sent = {s: rd / s / "sent" for s in weights}  # what each agent put on the exchange, as the coordinator got it
+    # a package of the adapter's 14 tensors as trained (no transfer settings: their own dtype, stored flat)
+    from supertune.transfer import PACKAGE_MANIFEST
+
+    got = {}
+    for s, d in sent.items():
+        shapes = {n: t["shape"] for n, t in json.loads((d / PACKAGE_MANIFEST).read_text())["tensors"].items()}
+        got[s] = {n: v.reshape(shapes[n]) for n, v in _weights(d).items()}
+    assert all(len(g) == 14 and all(".lora_A." in k or ".lora_B." in k for k in g) for g in got.values())
+    config = json.loads((sent["site-a"] / "adapter_config.json").read_text())
+    scale = config["lora_alpha"] / config["r"]
+    changed = 0
+    for key in base:
+        module = "base_model.model." + key.removesuffix(".weight")
+        if f"{module}.lora_A.weight" not in got["site-a"]:
+            assert np.array_equal(merged[key], base[key]), key
+            continue
+        delta = sum(
+            weights[s]
+            * scale
+            * got[s][f"{module}.lora_B.weight"].astype(np.float64)
+            @ got[s][f"{module}.lora_A.weight"]
+            for s in weights
+        )
+        assert np.max(np.abs(merged[key] - (base[key] + delta))) < 1e-5, key
+        changed += 1
+    assert changed == 7
+    # the coordinator never trained: the agents did, each in its own directory
+    assert not list(fed_dir.glob("round-*/*/run")) and list((tmp_path / "site-a").glob("round-001/site-a/run"))
+
+    from supertune.config.errors import ConfigError
+    from supertune.federation.load import load_federation
+    from supertune.federation.sites import resolve_sites
+
+    data["aggregation"] = {"lora": "adapters"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    fed, _ = load_federation(str(path))
+    with pytest.raises(ConfigError) as refused:
+        resolve_sites(fed)
+    assert refused.value.problems == [
+        "aggregation.lora: adapters: the global adapter names its base by its path on the coordinator, which the "
+        "sites' agents do not have; use aggregation.lora: merged, which sends them the full model"
+    ]

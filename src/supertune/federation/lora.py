@@ -66,7 +66,12 @@ def lora_problems(fed: FederationConfig, names: list[str], configs: list[RunConf
                     "adapters are averaged tensor by tensor, give every site the same model.lora.r, alpha and target_modules"
                 )
     remote = [s.name for s in fed.sites if s.login and s.name in names]
-    if fed.aggregation.lora == "adapters" and remote:
+    if fed.aggregation.lora == "adapters" and fed.executor == "agents":
+        p.append(
+            "aggregation.lora: adapters: the global adapter names its base by its path on the coordinator, which the "
+            "sites' agents do not have; use aggregation.lora: merged, which sends them the full model"
+        )
+    elif fed.aggregation.lora == "adapters" and remote:
         p.append(
             f"aggregation.lora: adapters: the global adapter names its base by its path on this machine, which sites "
             f"{', '.join(remote)} (reached over SSH) do not have; use aggregation.lora: merged, which sends them the full model"

@@ -118,6 +118,11 @@ def _suggestion(fed: FederationConfig, part: str) -> str:
     t = fed.transfer
     if part == "train":
         return "the link is not what a round waits for: more nodes at the slowest site, or fewer steps per round, shorten it"
+    if part == "download" and fed.executor == "agents":
+        return (
+            "the global model comes down whole every round (to agents LoRA sites too: aggregation.lora: merged); "
+            "more local steps per round mean fewer rounds"
+        )
     if part == "download":
         return (
             "the global model comes down whole every round: LoRA sites (aggregation.lora: adapters) move only adapters, "

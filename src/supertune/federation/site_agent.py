@@ -95,8 +95,13 @@ class _Agent:
         overrides = [*self.site.overrides, *base_overrides(self.fed, self.site), f"model.name_or_path={base}",
                      "model.config_overrides="]  # fmt: skip
         resolution = resolve(self.site.config, overrides)
-        if resolution.config.model.lora.enabled:
-            raise UserError(f"sites ({self.site.name}): LoRA sites are not supported with executor: agents yet")
+        if resolution.config.model.lora.enabled and self.fed.aggregation.lora == "adapters":
+            # the global adapter's adapter_config.json names its base by a path on the coordinator
+            raise UserError(
+                f"sites ({self.site.name}): its run config trains LoRA adapters, and with executor: agents a global "
+                "adapter (aggregation.lora: adapters) would name its base by a path on the coordinator; set "
+                "aggregation.lora: merged in the federation config (each round's global model is the full model)"
+            )
         self.plan = SitePlan(self.site, resolution.config, dump_config(resolution.config))
         keep_site_configs(self.root, {self.site.name: self.plan.text})
 
