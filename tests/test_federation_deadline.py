@@ -2,7 +2,8 @@
 left out, back in round 3, the table says why); a site still training at the round's deadline (2
 processes) is ended and left out; a round below its quorum at the deadline stops with the way on, and
 `--skip-site` takes that way. After each of those decisions a SIGKILL in the average resumes to the
-same global model, byte for byte. Also the duration syntax of round_deadline, the cost columns every
+same global model, byte for byte, and so does a SIGKILL at the other phases of a round that leaves
+sites out: between two sites' left_out receipts, in training and in evaluation under a deadline. Also the duration syntax of round_deadline, the cost columns every
 round gets (a local site's node-hours: its processes x wall time), and the plot against node-hours."""
 
 from __future__ import annotations

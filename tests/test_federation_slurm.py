@@ -1,7 +1,8 @@
 """A federation with one site on the real Slurm test cluster (built-in executor): the site's training
 and its evaluation of the global model run as SLURM jobs rendered like every `supertune submit`,
 the other site trains on this machine, and the round completes with its receipts; a SLURM site that
-fails is retried, then left out of a round averaged over the quorum."""
+fails is retried, then left out of a round averaged over the quorum, as is one whose job sbatch
+refuses, and one held in the queue past the deadline is cancelled; a 2-node job's node-hours."""
 
 from __future__ import annotations
 
@@ -181,6 +182,10 @@ def test_a_slurm_site_that_fails_is_retried_then_left_out_and_the_quorum_average
     state = subprocess.run(["scontrol", "--oneliner", "show", "job", job], env=slurm_client,
                            capture_output=True, text=True).stdout  # fmt: skip
     assert "JobState=CANCELLED" in state, state
+    status = subprocess.run([sys.executable, "-m", "supertune", "federate", "--status", str(fed_dir)],
+                            env=slurm_client, capture_output=True, text=True).stdout  # fmt: skip
+    [failed] = [line for line in status.splitlines() if line.startswith("- FAILED round 3 ")]
+    assert "not finished" in failed and f"there: {reason} (1 attempt)" in failed, status
 
 
 def test_the_node_hours_of_a_two_node_job_are_its_nodes_times_its_time_as_slurm_reports_them(
