@@ -2,7 +2,8 @@
 left out, back in round 3, the table says why); a site still training at the round's deadline (2
 processes) is ended and left out; a round below its quorum at the deadline stops with the way on, and
 `--skip-site` takes that way. After each of those decisions a SIGKILL in the average resumes to the
-same global model, byte for byte. Also the duration syntax of round_deadline, the cost columns every
+same global model, byte for byte, and so does a SIGKILL at the other phases of a round that leaves
+sites out: between two sites' left_out receipts, in training and in evaluation under a deadline. Also the duration syntax of round_deadline, the cost columns every
 round gets (a local site's node-hours: its processes x wall time), and the plot against node-hours."""
 
 from __future__ import annotations
@@ -165,6 +166,102 @@ def test_a_federation_killed_after_leaving_a_site_out_resumes_to_the_same_global
     _same_round_after_a_kill_in_its_average(failing, copy, 2, caplog)
 
 
+@pytest.mark.slow
+def test_a_federation_killed_between_two_left_out_receipts_decides_the_same_and_reaches_the_same_global_model(
+    failing: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Round 2 with a third site, site-c (from round 2, on site-b's data), begun 3 h ago under the 2 h
+    deadline: site-a trained in time (the reference's run), site-b and site-c never started and are left
+    out. Killed (SIGKILL) after site-b's left_out receipt and before site-c's, then run again: site-b's
+    receipt is kept as it was, site-c is decided the same from the same start, and round 2's global
+    model is the uninterrupted federation's (site-a's alone), byte for byte."""
+    copy = tmp_path / "fed"
+    copy_before_average(failing, copy, 2)
+    shutil.rmtree(copy / "round-002" / "site-b")  # not trained yet
+    config = yaml.safe_load((copy / "federation.yaml").read_text())
+    config["sites"].append({**config["sites"][1], "name": "site-c", "from_round": 2})
+    (copy / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    shutil.copytree(copy / "round-000" / "site-b", copy / "round-000" / "site-c")  # site-b's data: its base loss
+    started = {"round": 2, "unix": time.time() - 3 * 3600, "deadline_s": 7200.0}
+    (copy / "round-002" / "started.json").write_text(json.dumps(started), encoding="utf-8")
+    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "federation.left_out@1"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    receipts = {name: copy / "round-002" / name / "left_out.json" for name in ("site-b", "site-c")}
+    assert receipts["site-b"].exists() and not receipts["site-c"].exists()
+    first = json.loads(receipts["site-b"].read_text())
+    assert "training here" not in _in_process(caplog, copy)
+    left = {name: json.loads(path.read_text()) for name, path in receipts.items()}
+    reason = "late: not started after 2h (the sites on this machine train one after another)"
+    assert left["site-b"] == first and [(r["reason"], r["attempts"]) for r in left.values()] == [(reason, 0)] * 2
+    assert json.loads((copy / "round-002" / "started.json").read_text()) == started
+    averaged = json.loads((copy / "round-002" / "averaged.json").read_text())
+    assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": reason, "site-c": reason}
+    _same_global_model(failing, copy, 2)
+
+
+@pytest.mark.slow
+def test_a_federation_killed_in_training_and_in_evaluation_under_a_deadline_keeps_its_start(
+    failing: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Round 2 again from round 1's global model under the 2 h deadline, site-b left out (--skip-site):
+    the federation is killed (SIGKILL) while site-a trains, run again and killed in site-a's evaluation
+    of the new global model (after its first batch, before its receipt), then run once more. The round
+    keeps the start it had (started.json: the same deadline), decides the same, and its global model and
+    site-a's loss under it are the uninterrupted federation's (site-a averaged alone there too)."""
+    copy = tmp_path / "fed"
+    copy_before_average(failing, copy, 2)
+    shutil.rmtree(copy / "round-002")  # as it stood after round 1
+    rd = copy / "round-002"
+    worker = str(rd / "site-a" / "run")
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen([sys.executable, "-m", "supertune", "federate", str(copy), "--skip-site", "site-b"],
+                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            while not _processes(worker) and first.poll() is None:  # site-a's training process
+                time.sleep(0.1)
+            first.kill()  # SIGKILL
+        finally:
+            first.wait(60)
+    assert first.returncode == -9, (tmp_path / "first.log").read_text()[-3000:]
+    started = json.loads((rd / "started.json").read_text())
+    assert not (rd / "site-a" / "trained.json").exists()
+    for _ in range(100):  # its training dies with it (PR_SET_PDEATHSIG)
+        if not _processes(worker):
+            break
+        time.sleep(0.1)
+    assert not _processes(worker)
+    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "evaluate.batch@1", "SUPERTUNE_FAULT_IN": " federate "})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (rd / "global").is_dir() and not (rd / "site-a" / "evaluated.json").exists()
+    assert json.loads((rd / "started.json").read_text()) == started
+    assert "training here" not in _in_process(caplog, copy)
+    averaged = json.loads((rd / "averaged.json").read_text())
+    assert averaged["weights"] == {"site-a": 1.0} and averaged["left_out"] == {"site-b": "skipped: --skip-site"}
+    _same_global_model(failing, copy, 2)
+    want, got = (json.loads((d / "round-002" / "site-a" / "evaluated.json").read_text()) for d in (failing, copy))
+    assert got["eval_loss"] == pytest.approx(want["eval_loss"], abs=1e-6) and got["model"] == str(rd / "global")
+
+
+def _processes(marker: str) -> list[Path]:
+    """The processes whose command line holds `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent)
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+def _same_global_model(reference: Path, copy: Path, number: int) -> None:
+    """Round `number`'s global model in `copy` is `reference`'s, file for file and byte for byte."""
+    rd = f"round-{number:03d}"
+    files = sorted(f.name for f in (reference / rd / "global").glob("*.safetensors"))
+    assert files and sorted(f.name for f in (copy / rd / "global").glob("*.safetensors")) == files
+    assert all((reference / rd / "global" / f).read_bytes() == (copy / rd / "global" / f).read_bytes() for f in files)
+
+
 def _in_process(caplog: pytest.LogCaptureFixture, directory: Path, **options) -> str:
     """`supertune federate DIR` run by its own code in this process (the later commands of a test: no
     start of torch each); what it logged."""
@@ -195,9 +292,7 @@ def _same_round_after_a_kill_in_its_average(
             k: want[k] for k in ("site", "round", "reason", "attempts")}  # fmt: skip
     want, got = (json.loads((d / rd / "averaged.json").read_text()) for d in (reference, copy))
     assert (got["weights"], got["left_out"]) == (want["weights"], want["left_out"])
-    files = sorted(f.name for f in (reference / rd / "global").glob("*.safetensors"))
-    assert files and sorted(f.name for f in (copy / rd / "global").glob("*.safetensors")) == files
-    assert all((reference / rd / "global" / f).read_bytes() == (copy / rd / "global" / f).read_bytes() for f in files)
+    _same_global_model(reference, copy, number)
 
 
 def _round_one_without(failing: Path, target: Path, site: str, **settings) -> None:

@@ -1,7 +1,8 @@
 """A federation with one site on the real Slurm test cluster (built-in executor): the site's training
 and its evaluation of the global model run as SLURM jobs rendered like every `supertune submit`,
 the other site trains on this machine, and the round completes with its receipts; a SLURM site that
-fails is retried, then left out of a round averaged over the quorum."""
+fails is retried, then left out of a round averaged over the quorum, as is one whose job sbatch
+refuses, and one held in the queue past the deadline is cancelled; a 2-node job's node-hours."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,10 +63,11 @@ def test_a_slurm_site_that_fails_is_retried_then_left_out_and_the_quorum_average
 ) -> None:
     """site_retries, aggregation.min_sites and round_deadline with a site on SLURM. Round 1: its job fails
     (a NaN loss at step 2) at each of its 2 attempts, each a job of its own; the round is averaged over
-    the local site alone and the failed jobs' node time and queue wait are in the round's cost. Round 2
-    (the local site skipped): its job may not start before 60 s after its submission (sbatch --begin),
-    so at the round's 10 s deadline it is still queued, is cancelled, and the round, below its quorum,
-    stops with the way on and forgets its start."""
+    the local site alone and the failed jobs' node time and queue wait are in the round's cost. Round 2:
+    sbatch refuses its job (a partition the cluster does not have) at both attempts; the round goes on
+    with the local site. Round 3 (the local site skipped): its job is held in the queue (`scontrol
+    hold`), so at the round's 10 s deadline it has not started, is cancelled, and the round, below its
+    quorum, stops with the way on and forgets its start."""
     profiles = Path(slurm_client["SUPERTUNE_CONFIG_DIR"]) / "clusters"
     profiles.mkdir(parents=True)
     (profiles / "testcluster.yaml").write_text(
@@ -109,32 +112,101 @@ def test_a_slurm_site_that_fails_is_retried_then_left_out_and_the_quorum_average
     assert row["left_out"] == reason and row["node_hours"] == pytest.approx(spent) and row["attempts"] == 2
     assert row["queue_s"] == pytest.approx(sum(a["start"] - a["submit"] for a in attempts))
 
-    # Round 2, the same federation a round longer with a 10 s deadline, its local site skipped, and the
-    # SLURM site's jobs held back 60 s: the edit goes into the site's overrides in federation.yaml and
-    # its resolved config is removed, so the next run writes it again (as the docs tell a user to).
-    saved = yaml.safe_load((fed_dir / "federation.yaml").read_text())
-    saved.update(rounds=2, round_deadline="10s")
-    [there] = [site for site in saved["sites"] if site["name"] == "there"]
-    there["overrides"].append("slurm.extra_args=[--begin=now+60]")
-    (fed_dir / "federation.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
-    (fed_dir / "sites" / "there.yaml").unlink()
-    late = subprocess.run([sys.executable, "-m", "supertune", "federate", str(fed_dir), "--skip-site", "here"],
-                          env=slurm_client, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert late.returncode == 2, late.stdout[-3000:] + late.stderr[-3000:]
+    # Round 2, the same federation a round longer, the SLURM site's jobs sent to a partition the cluster
+    # does not have: sbatch refuses both attempts (as it would a cluster out of reach), each an attempt of
+    # the site's training with no job and no node time, and the round goes on with the local site. The
+    # edit goes into the site's overrides in federation.yaml and its resolved config is removed, so the
+    # next run writes it again (as the docs tell a user to).
+    def edit(rounds: int, deadline: str, overrides: list[str]) -> None:
+        saved = yaml.safe_load((fed_dir / "federation.yaml").read_text())
+        saved.update(rounds=rounds, round_deadline=deadline)
+        [there] = [site for site in saved["sites"] if site["name"] == "there"]
+        there["overrides"] = [o for o in there["overrides"] if not o.startswith("slurm.partition=")] + overrides
+        (fed_dir / "federation.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
+        (fed_dir / "sites" / "there.yaml").unlink()
+
+    edit(2, "1h", ["slurm.partition=nosuch"])
+    refused = subprocess.run([sys.executable, "-m", "supertune", "federate", str(fed_dir)], env=slurm_client,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert refused.returncode == 0, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert "there round 2: attempt 1 of 2 failed; trying again in 1s: " in refused.stderr
+    left = json.loads((fed_dir / "round-002" / "there" / "left_out.json").read_text())
+    said = "failed: submitting its job: sbatch failed: sbatch: error: Batch job submission failed: Invalid partition"
+    assert left["reason"].startswith(said) and left["attempts"] == 2, left
+    averaged = json.loads((fed_dir / "round-002" / "averaged.json").read_text())
+    assert averaged["weights"] == {"here": 1.0} and averaged["left_out"] == {"there": left["reason"]}
+    attempts = json.loads((fed_dir / "round-002" / "there" / "cost.json").read_text())["attempts"]
+    assert attempts == [{"job": None, "nodes": None, "submit": None, "start": None, "end": None,
+                         "outcome": left["reason"]}] * 2  # fmt: skip
+    rows = {(r["round"], r["site"]): r for r in json.loads((fed_dir / "rounds.json").read_text())["rows"]}
+    assert rows[2, "there"]["left_out"] == left["reason"] and rows[2, "there"]["attempts"] == 2
+    assert rows[2, "there"]["node_hours"] == 0 and rows[2, "here"]["global"] is not None
+    assert not (fed_dir / "round-002" / "there" / "run").exists()  # nothing ran: no run directory left behind
+
+    # Round 3 with a 10 s deadline, the local site skipped, the SLURM site's partition the cluster's again.
+    # A job the size of the node runs first, so that the site's job waits in the queue; once it is there
+    # it is held (`scontrol hold`) and the node freed: only the hold keeps it from starting. At the
+    # deadline it is cancelled, and the round, below its quorum, stops with the way on and forgets its start.
+    edit(3, "10s", [])
+    blocker = slurm_single.sbatch(None, "--wrap=sleep 300", "--exclusive")
+    try:
+        slurm_single.wait(blocker, ("RUNNING",))
+        late = subprocess.Popen([sys.executable, "-m", "supertune", "federate", str(fed_dir), "--skip-site", "here"],
+                                env=slurm_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        job = None
+        while job is None and late.poll() is None:
+            queue = subprocess.run(["squeue", "--noheader", "--format=%i %Z"], env=slurm_client, capture_output=True,
+                                   text=True, check=True).stdout  # fmt: skip
+            job = next((line.split()[0] for line in queue.splitlines() if str(fed_dir) in line), None)
+            time.sleep(0.1)
+        assert job is not None, late.communicate()
+        subprocess.run(["scontrol", "hold", job], env=slurm_client, check=True)
+    finally:
+        slurm_single.scancel(blocker)
+    out, err = late.communicate(timeout=600)
+    assert late.returncode == 2, out[-3000:] + err[-3000:]
+    reason = "late: held in the queue after 10s"
     assert (
-        late.stderr.strip()
+        err.strip()
         .splitlines()[-1]
         .startswith(
-            "supertune: error: round 2: 0 of 1 sites finished training by its deadline (round_deadline 10s) and the round "
-            "needs aggregation.min_sites=1; there: late: still queued after 10s (1 attempt); "
-            f"run `supertune federate {fed_dir}` again to go on"
+            "supertune: error: round 3: 0 of 1 sites finished training by its deadline (round_deadline 10s) and the round "
+            f"needs aggregation.min_sites=1; there: {reason} (1 attempt); run `supertune federate {fed_dir}` again to go on"
         )
     )
-    assert not (fed_dir / "round-002" / "started.json").exists()
-    assert not (fed_dir / "round-002" / "there" / "left_out.json").exists()
-    [attempt] = json.loads((fed_dir / "round-002" / "there" / "cost.json").read_text())["attempts"]
-    assert attempt["outcome"] == "late: still queued after 10s" and attempt["start"] is None
+    assert not (fed_dir / "round-003" / "started.json").exists()
+    assert not (fed_dir / "round-003" / "there" / "left_out.json").exists()
+    [attempt] = json.loads((fed_dir / "round-003" / "there" / "cost.json").read_text())["attempts"]
+    assert attempt["job"] == job and attempt["outcome"] == reason and attempt["start"] is None
     assert attempt["end"] > attempt["submit"]  # its queue wait, until it was cancelled; no node time
-    state = subprocess.run(["scontrol", "--oneliner", "show", "job", attempt["job"]], env=slurm_client,
+    state = subprocess.run(["scontrol", "--oneliner", "show", "job", job], env=slurm_client,
                            capture_output=True, text=True).stdout  # fmt: skip
     assert "JobState=CANCELLED" in state, state
+    status = subprocess.run([sys.executable, "-m", "supertune", "federate", "--status", str(fed_dir)],
+                            env=slurm_client, capture_output=True, text=True).stdout  # fmt: skip
+    [failed] = [line for line in status.splitlines() if line.startswith("- FAILED round 3 ")]
+    assert "not finished" in failed and f"there: {reason} (1 attempt)" in failed, status
+
+
+def test_the_node_hours_of_a_two_node_job_are_its_nodes_times_its_time_as_slurm_reports_them(
+    slurm_multi: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site's cost (cost.py) from a real job on the two emulated nodes (`sbatch --nodes=2`, 3 s): the
+    attempt read from scontrol records 2 nodes, and its node-hours are 2 x (EndTime - StartTime)."""
+    from supertune.federation.cost import record_attempt, site_cost, slurm_attempt
+    from supertune.slurm.commands import job_state
+
+    job = slurm_multi.sbatch(None, "--nodes=2", "--wrap=sleep 3")
+    slurm_multi.wait(job, ("COMPLETED",), timeout=120)
+    for key, value in slurm_multi.env.items():  # Slurm's commands reach this cluster
+        monkeypatch.setenv(key, value)
+    record_attempt(tmp_path / "cost.json", slurm_attempt(str(job), job_state(str(job)), "finished"))
+    info = slurm_multi.job_info(job)
+    submit, start, end = (
+        datetime.datetime.fromisoformat(info[k]).timestamp() for k in ("SubmitTime", "StartTime", "EndTime")
+    )
+    assert info["NumNodes"] == "2" and end - start >= 3, info
+    [attempt] = json.loads((tmp_path / "cost.json").read_text())["attempts"]
+    assert (attempt["nodes"], attempt["start"], attempt["end"]) == (2, start, end)
+    assert site_cost(tmp_path / "cost.json") == {
+        "node_hours": pytest.approx(2 * (end - start) / 3600), "queue_s": start - submit, "attempts": 1}  # fmt: skip

@@ -13,7 +13,9 @@ is about to continue from it), final.model (final model written, no summary yet)
 Averaging (`supertune average`, where "step" counts tensors): average.tensor (that many tensors
 averaged and written into the staging directory), average.written (every shard written, the output
 not yet renamed into place). A transfer package (supertune.transfer): transfer.tensor (that many of
-its stored tensors written into the staging directory).
+its stored tensors written into the staging directory). Evaluation: evaluate.batch (that many batches
+of an exact eval loss computed: a run's final eval, a global model's on a site). A federation's
+coordinator: federation.left_out (that many sites' left_out receipts of a round written).
 
 With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
 just before), so that processes restarted by torchrun with the same environment run through.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..checkpoints.faults import fault_point
 from .placement import input_device
 
 __all__ = ["token_mean_loss"]
@@ -47,6 +48,7 @@ def token_mean_loss(model: Any, dataset: Any, collator: Any, batch_size: int) ->
                 )
                 sums[0] += loss.double()
                 sums[1] += (target != IGNORE_INDEX).sum()
+                fault_point("evaluate.batch", b + 1, rank)
     finally:
         model.train(was_training)
     if distributed:

@@ -127,13 +127,11 @@ class BuiltinExecutor:
         for w in works:
             if w.site.where == "local":
                 continue
-            try:
-                submitted[w.name] = self._submit_training(w)
-            except FederationError as exc:  # its cluster unreachable (a VPN down, a login node gone)
-                if self._give_up(exc, until):
-                    raise
-                failed[w.name] = (exc.reason or "failed: submitting its job", 1)
-                log.warning("%s: %s", w.label, exc)
+            job_id, attempts, reason = self._submit_with_retries(w, until)
+            if reason is None:
+                submitted[w.name] = job_id
+            else:
+                failed[w.name] = (reason, attempts)
         jobs = {name: job_id for name, job_id in submitted.items() if job_id is not None}
         for w in works:
             if w.name in submitted and w.name not in jobs:
@@ -226,6 +224,38 @@ class BuiltinExecutor:
                 reason=result,
             )
 
+    def _submit_with_retries(
+        self, w: SiteWork, until: float | None, tries: int = 1
+    ) -> tuple[str | None, int, str | None]:
+        """Submit the site's training job (`tries`: the attempt this is), again after a submission that
+        failed (its cluster unreachable: a VPN down, a login node gone; sbatch refused it) while
+        site_retries and the deadline allow, `poll_seconds` apart: a blip of the network costs an
+        attempt, not the round. Each failed submission is an attempt of the site's training, in its
+        cost.json without a job or node time. Returns (job id, or None when the run has finished
+        already; the attempt; None) or, every attempt failed, (None, the attempts, the reason); without
+        a quorum and a deadline the last failure is raised."""
+        from .cost import record_attempt
+
+        attempts = 1 + self.fed.site_retries
+        while True:
+            try:
+                return self._submit_training(w), tries, None
+            except FederationError as exc:
+                reason = exc.reason or "failed: submitting its job"
+                record_attempt(w.directory / "cost.json", {"job": None, "nodes": None, "submit": None, "start": None,
+                                                           "end": None, "outcome": reason})  # fmt: skip
+                pause = self.fed.poll_seconds
+                if tries < attempts and (until is None or time.time() + pause < until):
+                    log.warning("%s: attempt %d of %d failed; trying again in %gs: %s", w.label, tries, attempts,
+                                pause, exc)  # fmt: skip
+                    time.sleep(pause)
+                    tries += 1
+                    continue
+                if self._give_up(exc, until):
+                    raise
+                log.warning("%s: attempt %d of %d failed: %s", w.label, tries, attempts, exc)
+                return None, tries, reason
+
     def _submit_training(self, w: SiteWork) -> str | None:
         """The site's training job: submitted, or its job still in the queue from an earlier attempt
         (waited for, not submitted twice); None when the run has finished already."""
@@ -271,7 +301,9 @@ class BuiltinExecutor:
                     cancel_job(job_id)
                     wait = _deadline_text(self.fed)
                     queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
-                    reason = f"late: still queued after {wait}" if queued else f"late: running after {wait}"
+                    held = queued and state.reason in ("JobHeldUser", "JobHeldAdmin")  # scontrol hold, or sbatch --hold
+                    where = "held in the queue" if held else "still queued" if queued else "running"
+                    reason = f"late: {where} after {wait}"
                     log.warning("%s: %s; job %s cancelled", w.label, reason, job_id)
                     record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason, cancelled=True))
                     failed[name] = (reason, tries[name])
@@ -291,15 +323,10 @@ class BuiltinExecutor:
                 if tries[name] <= self.fed.site_retries and (until is None or time.time() < until):
                     log.warning("%s: attempt %d of %d failed; trying again: %s", w.label, tries[name],
                                 1 + self.fed.site_retries, message)  # fmt: skip
-                    tries[name] += 1
-                    try:
-                        resubmitted = self._submit_training(w)
-                    except FederationError as exc:
-                        if self._give_up(exc, until):
-                            raise
-                        failed[name] = (exc.reason or "failed: submitting its job", tries[name])
-                        continue
-                    if resubmitted is not None:
+                    resubmitted, tries[name], failure = self._submit_with_retries(w, until, tries[name] + 1)
+                    if failure is not None:
+                        failed[name] = (failure, tries[name])
+                    elif resubmitted is not None:
                         again[name] = resubmitted
                     continue
                 if self.fed.aggregation.min_sites is None and until is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ..checkpoints.faults import fault_point
 from ..errors import UserError
 from .layout import FederationDir
 from .receipts import read_receipt, write_receipt
@@ -52,10 +53,11 @@ def leave_out_failed_sites(
             f"resumes from its latest checkpoint{', with a new deadline' if deadline else ''}), or leave a site out of "
             f"this round with `supertune federate {directory} --skip-site NAME` (for good: --drop NAME)"
         )
-    for name, (reason, attempts) in failed.items():
+    for written, (name, (reason, attempts)) in enumerate(failed.items(), start=1):
         site_dir = work.trained[name].parent
         record = {"site": name, "round": work.number, "reason": reason, "attempts": attempts, "unix": time.time()}
         write_receipt(site_dir / "left_out.json", record)
+        fault_point("federation.left_out", written, 0)
         work.left_out[name] = reason
         del work.trained[name]
     work.evaluate = [w for w in work.evaluate if w.name not in failed]
