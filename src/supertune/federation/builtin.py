@@ -328,6 +328,10 @@ class BuiltinExecutor:
                         failed[name] = (failure, tries[name])
                     elif resubmitted is not None:
                         again[name] = resubmitted
+                    elif not self._checked_again(w):  # its run had finished: only its checkpoint's check failed
+                        if self._give_up(FederationError(message), until):
+                            raise FederationError(message, reason=reason)
+                        failed[name] = (reason, tries[name])
                     continue
                 if self.fed.aggregation.min_sites is None and until is None:
                     raise FederationError(message, reason=reason)
@@ -335,6 +339,14 @@ class BuiltinExecutor:
                 failed[name] = (reason, tries[name])
             jobs = again
         return failed
+
+    def _checked_again(self, w: SiteWork) -> bool:
+        """A finished run whose checkpoint was refused, checked once more instead of trained again (there is
+        nothing left to train): True when it now passes and its receipt is written."""
+        try:
+            return self._record(w)
+        except FederationError:
+            return False
 
     @staticmethod
     def _record(w: SiteWork) -> bool:
