@@ -46,9 +46,10 @@ def test_participation_and_quorum_settings_are_checked_all_at_once() -> None:
     assert federation_problems(short) == [
         "aggregation.min_sites: 2, but round 3 has 1 site (sites[].from_round/until_round); lower it, or let more sites take part in that round"
     ]
-    assert federation_problems(_fed(executor="streamflow", site_retries=1)) == [
-        "site_retries: not supported with executor: streamflow yet; leave it out, or use executor: builtin"
-    ]
+    assert (
+        federation_problems(_fed(executor="streamflow", site_retries=1, aggregation=AggregationConfig(min_sites=1)))
+        == []
+    )
     joined = _fed(sites=[SiteConfig(name="a"), SiteConfig(name="b", from_round=2, until_round=2)])
     assert federation_problems(joined) == []
     assert [[s.name for s in joined.sites if s.in_round(n)] for n in range(4)] == [["a", "b"], ["a"], ["a", "b"], ["a"]]
@@ -206,8 +207,6 @@ def test_skip_site_leaves_a_site_out_of_the_next_round_only_and_refuses_what_it_
         UserError, match=r"^--skip-site: site b does not train in round 2 \(from_round/until_round\); nothing to skip$"
     ):
         skip_sites(late, root, ["b"])
-    with pytest.raises(UserError, match="not supported with executor: streamflow"):
-        skip_sites(FederationConfig(rounds=2, sites=sites, executor="streamflow"), root, ["b"])
     assert not list(tmp_path.rglob("left_out.json"))  # nothing written by a refusal
     skip_sites(fed, root, ["b", "b"])  # round 2, the first not averaged
     receipt = json.loads((tmp_path / "round-002" / "b" / "left_out.json").read_text())

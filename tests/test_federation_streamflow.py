@@ -18,8 +18,10 @@ Not run here: a real SSH login node (see docs/tutorials/federated-streamflow.md)
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,6 +356,22 @@ def test_a_site_on_the_test_cluster_through_streamflows_slurm_deployment(
     assert evaluated["eval_loss"] < base["eval_loss"]
     squeue = slurm_single.run("squeue", "--noheader", "--format=%j", check=False).stdout
     assert "fed-sf" not in squeue  # no job left behind
+    # Its training's cost: the job StreamFlow submitted under the name supertune gave it, with Slurm's own
+    # times as the controller reports them (no accounting database here: scontrol keeps finished jobs).
+    [attempt] = json.loads((site / "cost.json").read_text())["attempts"]
+    shown = slurm_single.run("scontrol", "--oneliner", "show", "job", attempt["job"]).stdout
+    fields = dict(part.split("=", 1) for part in shown.split() if "=" in part)
+    assert fields["JobName"] == "fed-sf-r001-there-train" and fields["JobState"] == "COMPLETED", shown
+    for key, name in (("submit", "SubmitTime"), ("start", "StartTime"), ("end", "EndTime")):
+        assert attempt[key] == datetime.datetime.fromisoformat(fields[name]).timestamp(), (key, shown)
+    assert attempt["nodes"] == int(fields["NumNodes"]) == 1 and attempt["outcome"] == "finished"
+    [here] = json.loads((fed_dir / "round-001" / "here" / "cost.json").read_text())["attempts"]
+    assert here["outcome"] == "finished" and here["processes"] == 1 and here["job"] is None
+    rows = {r["site"]: r for r in json.loads((fed_dir / "rounds.json").read_text())["rows"]}
+    assert rows["there"]["node_hours"] == pytest.approx((attempt["end"] - attempt["start"]) / 3600)
+    assert rows["there"]["queue_s"] == pytest.approx(attempt["start"] - attempt["submit"])
+    assert rows["here"]["node_hours"] == pytest.approx((here["end"] - here["start"]) / 3600)
+    assert rows["there"]["attempts"] == rows["here"]["attempts"] == 1
 
 
 def test_a_site_behind_a_login_node_has_its_files_checked_there_and_an_unreachable_one_is_named(
@@ -461,3 +479,78 @@ def test_a_dry_run_prints_round_ones_streamflow_files_and_writes_nothing(
     assert leo["type"] == "slurm" and leo["config"]["services"]["train"]["jobName"] == "sf-plan-r001-leo-train"
     assert "supertune-dry-run" not in out and not list((tmp_path / "tmp").iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fed.yaml", "tmp"]
+
+
+@pytest.fixture(scope="module")
+def left_out(streamflow: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One round through StreamFlow with a quorum of 1 and one retry, where site `there` ends in a NaN
+    loss at every attempt (training.learning_rate=1e30): its failures are reported by its train step,
+    `here` trains on, and the round is averaged and evaluated without `there`."""
+    root = tmp_path_factory.mktemp("sf-quorum")
+    config = yaml.safe_load(_federation(root, "streamflow").read_text())
+    config["sites"][1]["overrides"].append("training.learning_rate=1e30")
+    config.update(site_retries=1, aggregation={"min_sites": 1})
+    path = root / "federation.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    proc = _federate(str(path), "--dir", str(root / "fed"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "there round 1: attempt 1 of 2: failed: exit 2; trying again" in proc.stderr
+    return root / "fed"
+
+
+@pytest.mark.slow
+def test_a_site_that_fails_every_attempt_is_left_out_and_every_attempt_is_costed(left_out: Path) -> None:
+    rd = left_out / "round-001"
+    left = json.loads((rd / "there" / "left_out.json").read_text())
+    assert left["reason"] == "failed: exit 2" and left["attempts"] == 2
+    averaged = json.loads((rd / "averaged.json").read_text())
+    assert averaged["weights"] == {"here": 1.0} and averaged["left_out"] == {"there": "failed: exit 2"}
+    assert (rd / "here" / "evaluated.json").is_file() and not (rd / "there" / "evaluated.json").exists()
+    # The training workflows (one per attempt) had train steps only; the average and evaluation came after.
+    workflow = yaml.safe_load((left_out / "streamflow" / "round-001" / "round.cwl").read_text())
+    assert list(workflow["steps"]) == ["average", "evaluate_here"]
+    assert workflow["steps"]["average"]["in"]["sites"] == {"default": ["here"]}
+    # Each step recorded its own attempts: processes x its wall time, no queue.
+    spent = {s: json.loads((rd / s / "cost.json").read_text())["attempts"] for s in ("here", "there")}
+    assert [a["outcome"] for a in spent["there"]] == ["failed: exit 2"] * 2
+    assert [a["outcome"] for a in spent["here"]] == ["finished"]
+    trained = json.loads((rd / "here" / "trained.json").read_text())
+    [attempt] = spent["here"]
+    assert attempt["processes"] == 1 and attempt["end"] - attempt["start"] >= trained["seconds"]
+    rows = {r["site"]: r for r in json.loads((left_out / "rounds.json").read_text())["rows"]}
+    for site, attempts in spent.items():
+        assert rows[site]["attempts"] == len(attempts) and rows[site]["queue_s"] == 0
+        assert rows[site]["node_hours"] == pytest.approx(sum(a["end"] - a["start"] for a in attempts) / 3600)
+    assert rows["there"]["left_out"] == "failed: exit 2" and rows["there"]["tokens"] is None
+
+
+@pytest.mark.slow
+def test_a_site_still_training_at_the_deadline_is_ended_and_left_out(left_out: Path, tmp_path: Path) -> None:
+    """A copy of the federation after `here`'s training of round 1, where `there` now trains 100000
+    steps within a 15 s round_deadline: its streamflow run is ended at the deadline, its step's
+    processes with it, and the round goes on without it."""
+    from federation_copies import copy_through_round_one_training
+
+    copy = tmp_path / "fed"
+    copy_through_round_one_training(left_out, copy, {"min_sites": 1})
+    shutil.rmtree(copy / "round-001" / "there")
+    shutil.rmtree(copy / "streamflow" / "round-001")
+    (copy / "round-001" / "started.json").unlink(missing_ok=True)
+    (copy / "sites" / "there.yaml").unlink()  # resolved again with its new steps
+    config = yaml.safe_load((copy / "federation.yaml").read_text())
+    config["round_deadline"], config["site_retries"] = "15s", 0
+    there = config["sites"][1]
+    there["steps_per_round"] = 100000
+    there["overrides"] = [o for o in there["overrides"] if not o.startswith("training.learning_rate")]
+    (copy / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    proc = _federate(str(copy))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rd = copy / "round-001"
+    left = json.loads((rd / "there" / "left_out.json").read_text())
+    assert left["reason"] == "late: running after 15s" and left["attempts"] == 1
+    assert json.loads((rd / "averaged.json").read_text())["weights"] == {"here": 1.0}
+    started = json.loads((rd / "started.json").read_text())["unix"]
+    [attempt] = json.loads((rd / "there" / "cost.json").read_text())["attempts"]
+    assert attempt["outcome"] == "late: running after 15s" and started < attempt["start"] < attempt["end"]
+    assert attempt["end"] >= started + 15
+    assert _processes_mentioning(str(rd / "there")) == []  # nothing of the late site runs on

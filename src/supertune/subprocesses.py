@@ -104,21 +104,35 @@ def run_logged_until(
 
 
 def run_group_logged(
-    argv: Sequence[str], logfile: Path, group_file: Path, env: Mapping[str, str] | None = None, grace: float = 30.0
-) -> int:
+    argv: Sequence[str],
+    logfile: Path,
+    group_file: Path,
+    env: Mapping[str, str] | None = None,
+    grace: float = 30.0,
+    until: float | None = None,
+) -> int | None:
     """Run a program in a process group of its own, output appended to `logfile`; its exit code.
 
     For programs that start programs of their own and do not always end them (StreamFlow leaves its
     local steps running when it fails or is interrupted): when the program has exited, or Ctrl-C
     reached this process, whatever is left of its group gets SIGTERM and, `grace` seconds later,
     SIGKILL. The group's id is kept in `group_file` while it runs, so that after a SIGKILL of this
-    process (the program then dies with it, its children not) `end_group` can end the rest.
+    process (the program then dies with it, its children not) `end_group` can end the rest. With
+    `until` (unix time), the group is ended the same way when it passes, and None is returned.
     """
     with _group_logged(argv, logfile, env) as proc:
         group_file.write_text(f"{proc.pid}\n", encoding="utf-8")
         try:
             try:
-                return proc.wait()
+                while True:
+                    wait = None if until is None else max(0.0, min(until - time.time(), 5.0))
+                    try:
+                        return proc.wait(timeout=wait)
+                    except subprocess.TimeoutExpired:
+                        if until is not None and time.time() >= until:
+                            _end_group(proc.pid, grace)
+                            proc.wait()
+                            return None
             except KeyboardInterrupt:
                 _signal_group(proc.pid, signal.SIGINT)
                 try:

@@ -8,6 +8,10 @@ A local site has no nodes of its own to count: its node-hours are its processes 
 training worker, or torchrun's workers) x the wall time from their start to their end, with no queue;
 an attempt recorded before the processes were kept counts as one. A failed or late attempt costs its
 node-hours too: the grant paid for them.
+
+A StreamFlow step on this machine records its own attempt: opened (outcome `running`, no end) when its
+training starts, closed when it ends; one that was ended from outside (the round's `streamflow run`
+failed or passed its deadline) is closed by the executor afterwards (`end_running_attempts`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from typing import Any
 
 from .receipts import read_receipt, write_receipt
 
-__all__ = ["record_attempt", "site_cost", "slurm_attempt"]
+__all__ = ["record_attempt", "site_cost", "slurm_attempt", "end_attempt", "end_running_attempts", "RUNNING"]
+
+RUNNING = "running"
+"""The outcome of an attempt whose end is not recorded yet."""
 
 
 def record_attempt(path: Path, attempt: dict[str, Any]) -> None:
@@ -30,6 +37,31 @@ def record_attempt(path: Path, attempt: dict[str, Any]) -> None:
     if job is not None and any(a.get("job") == job for a in attempts):
         return  # a resumed federation that waited for the same job again
     write_receipt(path, {"attempts": [*attempts, attempt]})
+
+
+def end_attempt(path: Path, start: float, end: float, outcome: str) -> None:
+    """Close the running attempt that started at `start` (a StreamFlow step's own, recorded by record_attempt)."""
+    kept = read_receipt(path) or {}
+    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
+    for a in attempts:
+        if a.get("outcome") == RUNNING and a.get("start") == start:
+            a.update(end=end, outcome=outcome)
+    write_receipt(path, {"attempts": attempts})
+
+
+def end_running_attempts(path: Path, end: float, outcome: str) -> list[dict[str, Any]]:
+    """Close every attempt still running (its processes were ended from outside: they cannot close it);
+    returns those closed."""
+    kept = read_receipt(path)
+    if kept is None:
+        return []
+    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
+    closed = [a for a in attempts if a.get("outcome") == RUNNING]
+    for a in closed:
+        a.update(end=max(end, a.get("start") or end), outcome=outcome)
+    if closed:
+        write_receipt(path, {"attempts": attempts})
+    return closed
 
 
 def site_cost(path: Path) -> dict[str, float | int | None]:

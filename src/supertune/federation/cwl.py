@@ -157,10 +157,17 @@ def _glob(kind: str, pattern: str) -> dict[str, Any]:
 
 
 def round_workflow(
-    work: RoundWork, places: dict[str, SitePlace], local: SitePlace, federation_dir: Path, given: dict[str, str]
+    work: RoundWork,
+    places: dict[str, SitePlace],
+    local: SitePlace,
+    federation_dir: Path,
+    given: dict[str, str],
+    report_failure: bool = False,
 ) -> dict[str, Any]:
     """The round's workflow. `given`: sites whose training finished in an earlier attempt of the
-    round, with their checkpoint on this machine (a workflow input instead of a train step)."""
+    round, with their checkpoint on this machine (a workflow input instead of a train step).
+    `report_failure`: the train steps report a failed training in their receipt and succeed (a
+    workflow of training only, for a quorum: site_task.train)."""
     n = work.number
     trained = [w.name for w in work.train]
     inputs: dict[str, Any] = {}
@@ -171,17 +178,18 @@ def round_workflow(
     for name in places:
         if name in trained:
             inputs[f"config_{name}"] = "File"
-            steps[f"train_{name}"] = _train_step(places[name], n, work.federation_id)
+            steps[f"train_{name}"] = _train_step(places[name], n, work.federation_id, report_failure)
             outputs[f"trained_{name}"] = {"type": "File", "outputSource": f"train_{name}/receipt"}
         if name in given:
             inputs[f"checkpoint_{name}"] = "Directory"
+    model = "global_model"
     if work.average:
-        steps["average"] = _average_step(work, list(places), local, federation_dir, given)
+        # The sites averaged: those of the round not left out of it (work.trained), in the federation's order.
+        steps["average"] = _average_step(work, list(work.trained), local, federation_dir, given)
         outputs["averaged"] = {"type": "File", "outputSource": "average/receipt"}
         model = "average/global_model"
-    else:
+    elif work.evaluate:
         inputs["global_model"] = "Directory"
-        model = "global_model"
     for w in work.evaluate:
         inputs[f"base_config_{w.name}"] = "File"
         steps[f"evaluate_{w.name}"] = _evaluate_step(places[w.name], n, model, work.federation_id)
@@ -189,7 +197,7 @@ def round_workflow(
     return {"cwlVersion": "v1.2", "class": "Workflow", "inputs": inputs, "outputs": outputs, "steps": steps}
 
 
-def _train_step(place: SitePlace, number: int, federation_id: str) -> dict[str, Any]:
+def _train_step(place: SitePlace, number: int, federation_id: str, report_failure: bool) -> dict[str, Any]:
     inputs = {
         "federation_id": _flag("string", "--federation-id"),
         "site": _flag("string", "--site"),
@@ -207,14 +215,14 @@ def _train_step(place: SitePlace, number: int, federation_id: str) -> dict[str, 
         "global_model": "previous",
     }
     outputs = {
-        "checkpoint": _glob("Directory", f"checkpoint-{place.name}"),
+        # A failed training reported (report_failure) hands no checkpoint out.
+        "checkpoint": _glob("Directory?" if report_failure else "Directory", f"checkpoint-{place.name}"),
         "receipt": _glob("File", f"trained-{place.name}.json"),
     }
-    return {
-        "run": _tool(place.python, "train", place.env, inputs, outputs),
-        "in": step_in,
-        "out": ["checkpoint", "receipt"],
-    }
+    tool = _tool(place.python, "train", place.env, inputs, outputs)
+    if report_failure:
+        tool["arguments"] = ["--report-failure"]
+    return {"run": tool, "in": step_in, "out": ["checkpoint", "receipt"]}
 
 
 def _average_step(
@@ -284,7 +292,7 @@ def round_job(work: RoundWork, given: dict[str, str]) -> dict[str, Any]:
         job[f"config_{w.name}"] = file(w.config)
     for name, checkpoint in given.items():
         job[f"checkpoint_{name}"] = directory(checkpoint)
-    if not work.average:
+    if not work.average and work.evaluate:
         job["global_model"] = directory(work.global_model)
     for w in work.evaluate:
         job[f"base_config_{w.name}"] = file(w.config)

@@ -215,7 +215,7 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
 
 
 _NOT_YET = {
-    "streamflow": ("aggregation.min_sites", "site_retries", "round_deadline", "transfer"),
+    "streamflow": ("transfer",),
     "agents": ("aggregation.min_sites", "site_retries", "round_deadline", "benchmarks"),
 }
 """Settings an executor does not carry out yet: refused with it, the first one set named."""

@@ -36,6 +36,8 @@ __all__ = ["add_arguments", "run", "link_tree", "START_MODEL", "TRAIN_LOG"]
 START_MODEL = "start-model"
 """The global model a site's round starts from, next to its run."""
 TRAIN_LOG = "train.log"
+COST = "cost.json"
+"""The attempts of the site's training this round (cost.py), beside its run."""
 
 
 def link_tree(source: Path, target: Path) -> None:
@@ -77,11 +79,23 @@ def _restore_home() -> None:
 
 
 def train(
-    site: str, number: int, config: Path, site_dir: Path, global_model: Path, out: Path, federation_id: str
+    site: str,
+    number: int,
+    config: Path,
+    site_dir: Path,
+    global_model: Path,
+    out: Path,
+    federation_id: str,
+    report_failure: bool = False,
 ) -> dict:
     """The site's round, trained or resumed at its stable path (or found finished: a round run again
     after its average failed hands the finished checkpoint out again), checked, handed out. The
-    folder must be this federation's (ownership): another federation's run is never reused."""
+    folder must be this federation's (ownership): another federation's run is never reused.
+
+    With `report_failure` (a round with a quorum or retries), a training that fails, or a checkpoint
+    refused, is reported in `trained-<site>.json` as {site, round, failed: reason} and the step
+    succeeds: StreamFlow ends every other step of a workflow when one fails, and the other sites'
+    training must go on for the quorum. Returns the record written."""
     from ..rundir import RunDir
     from .ownership import claim_site_dir
     from .phases import trained_record
@@ -98,44 +112,85 @@ def train(
     text = config.read_text(encoding="utf-8")
     if not kept.is_file() or kept.read_text(encoding="utf-8") != text:
         kept.write_text(text, encoding="utf-8")
-    if not run.summary.is_file():
-        start = site_dir / START_MODEL
-        link_tree(global_model, start)
-        _train_run(site, number, kept, start, run.path, site_dir / TRAIN_LOG)
-    record = trained_record(site, number, run.path)
+    receipt = out / f"trained-{site}.json"
+    try:
+        if not run.summary.is_file():
+            start = site_dir / START_MODEL
+            link_tree(global_model, start)
+            code = _train_run(site, number, kept, start, run.path, site_dir / TRAIN_LOG, site_dir / COST)
+            if code != 0:
+                raise TrainingFailed(
+                    f"{site} round {number}: training stopped (exit code {code}); see {site_dir / TRAIN_LOG}; the run "
+                    f"in {run.path} resumes when the round runs again",
+                    f"failed: {_exit_text(code)}",
+                )
+        try:
+            record = trained_record(site, number, run.path)
+        except UserError as exc:  # its checkpoint does not match its manifest: not averaged
+            said = str(exc).removeprefix(f"{site} round {number}: ").splitlines()[0][:300]
+            raise TrainingFailed(str(exc), f"refused: {said}") from None
+    except TrainingFailed as exc:
+        if not report_failure:
+            raise
+        print(f"supertune: {exc}", flush=True)
+        failed = {"site": site, "round": number, "failed": exc.reason}
+        write_receipt(receipt, failed)
+        return failed
     # The whole checkpoint, as its manifest lists it (the average refuses one with files missing):
     # with AdamW in fp32 that includes an optimizer state twice the weights' size.
     link_tree(Path(record["checkpoint"]), out / f"checkpoint-{site}")
-    write_receipt(out / f"trained-{site}.json", record)
+    write_receipt(receipt, record)
     return record
 
 
-def _train_run(site: str, number: int, config: Path, start: Path, run: Path, logfile: Path) -> None:
+class TrainingFailed(UserError):
+    """A site's training failed or its checkpoint was refused; `reason` is the round table's short form."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _exit_text(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit {code}"
+
+
+def _train_run(site: str, number: int, config: Path, start: Path, run: Path, logfile: Path, cost: Path) -> int:
     """Train the site's round here (as `supertune train` would), or, for a cluster site, run the job
-    script supertune renders for it inside the SLURM allocation StreamFlow submitted.
-    slurm.max_restarts=0 there: the job is StreamFlow's, and a requeue would restart StreamFlow's command."""
+    script supertune renders for it inside the SLURM allocation StreamFlow submitted; the exit code.
+    slurm.max_restarts=0 there: the job is StreamFlow's, and a requeue would restart StreamFlow's command.
+    Here, the attempt's processes and wall time go to `cost` (a SLURM job's times are Slurm's, read by the
+    federation: cost.py)."""
+    import time
+
     from ..config.load import load_saved_config
     from ..launch.environment import slurm_allocation
     from ..resolve import resolve
     from ..runs.local import train_logged
     from ..runs.slurm import prepare_slurm, run_script_here
+    from .cost import RUNNING, end_attempt, record_attempt
 
     model = f"model.name_or_path={start}"
     label = f"{site} round {number}"
     print(f"supertune: {label}: training (log {logfile})", flush=True)
     if load_saved_config(config).launch.cluster == "local":
-        code = train_logged(resolve(config, [model]), run, logfile).exit_code
-    else:
-        if slurm_allocation() is None:
-            raise UserError(
-                f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
-            )
-        choice, _ = prepare_slurm(resolve(config, [model, "slurm.max_restarts=0"]), str(run))
-        code = run_script_here(choice.run.job_script, logfile)
-    if code != 0:
+        resolution = resolve(config, [model])
+        started = time.time()
+        attempt = {"job": None, "nodes": 1, "processes": resolution.config.launch.nproc, "submit": started,
+                   "start": started, "end": None, "outcome": RUNNING}  # fmt: skip
+        record_attempt(cost, attempt)
+        code = 1
+        try:
+            code = train_logged(resolution, run, logfile).exit_code
+        finally:  # a step ended from outside (SIGTERM) does not get here: the federation closes its attempt
+            end_attempt(cost, started, time.time(), "finished" if code == 0 else f"failed: {_exit_text(code)}")
+        return code
+    if slurm_allocation() is None:
         raise UserError(
-            f"{label}: training stopped (exit code {code}); see {logfile}; the run in {run} resumes when the round runs again"
+            f"{label}: a cluster site's step runs inside a SLURM job, and this is none; bind it to the site's slurm deployment"
         )
+    choice, _ = prepare_slurm(resolve(config, [model, "slurm.max_restarts=0"]), str(run))
+    return run_script_here(choice.run.job_script, logfile)
 
 
 # -- check ------------------------------------------------------------------------------------------
@@ -180,9 +235,17 @@ def average(
     from .layout import FederationDir
     from .load import load_federation
     from .phases import average_round
+    from .receipts import read_receipt
 
+    root = FederationDir(federation)
     fed, _ = load_federation(federation)
-    fed = active_federation(fed, FederationDir(federation))  # a dropped site has no checkpoint here
+    fed = active_federation(fed, root)  # a dropped site has no checkpoint here
+    # The sites left out of the round (failed, late, skipped): decided by the federation, kept in their receipts.
+    left_out = {
+        s.name: str(receipt.get("reason"))
+        for s in fed.sites
+        if (receipt := read_receipt(root.round(number).site(s.name).left_out)) is not None
+    }
     record = average_round(
         fed,
         number,
@@ -191,6 +254,7 @@ def average(
         previous,
         publish,
         out / "averaged.json",
+        left_out=left_out,
     )
     link_tree(publish, out / "global-model")
     return record
@@ -262,6 +326,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         help="the global model this round starts from (as StreamFlow staged it)",
     )
+    t.add_argument(
+        "--report-failure",
+        action="store_true",
+        help="a failed training is reported in trained-SITE.json ({failed: reason}) and the step succeeds",
+    )
     a = sub.add_parser("average")
     a.add_argument("--federation", type=Path, required=True)
     a.add_argument("--round", type=int, required=True)
@@ -309,11 +378,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_task(args: argparse.Namespace, out: Path) -> int:
     if args.task == "train":
-        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out, args.federation_id)
-        print(
-            f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
-            flush=True,
-        )
+        record = train(args.site, args.round, args.config, args.site_dir, args.global_model, out, args.federation_id,
+                       report_failure=args.report_failure)  # fmt: skip
+        if "failed" not in record:
+            print(
+                f"supertune: {args.site} round {args.round}: trained, checkpoint {record['checkpoint']} verified",
+                flush=True,
+            )
     elif args.task == "average":
         if len(args.sites) != len(args.checkpoint):
             raise UserError(

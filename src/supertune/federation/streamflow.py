@@ -53,22 +53,57 @@ class StreamFlowExecutor:
         """Sites with login whose config was checked at the site by this process."""
 
     def run_round(self, work: RoundWork) -> None:
-        from ..subprocesses import end_group, run_group_logged
-
         if not (work.train or work.average or work.evaluate):
             return
         if not plain_path(str(self.root.path)):
             raise UserError(f"--dir: {self.root.path} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
                             "(StreamFlow passes its folders to a shell unquoted)")  # fmt: skip
-        command = self._command or streamflow_command(self.fed)
-        self._command = command
-        n = work.number
-        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
+        self._command = self._command or streamflow_command(self.fed)
         places = {s.name: self._named(s, lambda s=s: self._place(s, work)) for s in self.fed.sites}
         for site in self.fed.sites:
             if site.login and site.name not in self._checked:
                 self._check_site(site)
-        work, steps, documents = self._documents(work, places, files)
+        if work.train and self._robust():
+            # A quorum, retries or a deadline: the training first, in workflows of its own whose train steps
+            # report a failure instead of failing (StreamFlow would end the other sites' steps); then the
+            # decision (quorum.py); then the average and the evaluations of the sites kept.
+            self._train_for_quorum(work, places)
+            work = dataclasses.replace(work, train=[])
+            if not (work.average or work.evaluate):
+                return
+        n = work.number
+        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
+        code, offset, ended, _ = self._streamflow(work, places, files)
+        if code != 0:
+            self._keep_finished_training(work)
+            self._record_costs(work, places, ended, "failed: the round's streamflow run failed")
+            note = self._cancel_jobs(work, places, wait=False)
+            raise FederationError(
+                f"round {n}: streamflow run failed (exit code {code}){_errors(files.log, offset)}{note}; the sites' own logs are in "
+                f"their round folders (train.log, evaluate.log); run the federation again to run what is left of round {n}"
+            )
+        self._record(work, files, places)
+        self._record_costs(work, places, ended, "")
+
+    def _robust(self) -> bool:
+        return bool(self.fed.aggregation.min_sites is not None or self.fed.site_retries or self.fed.round_deadline)
+
+    def _streamflow(
+        self,
+        work: RoundWork,
+        places: dict[str, SitePlace],
+        files: RoundFiles,
+        report_failure: bool = False,
+        until: float | None = None,
+    ) -> tuple[int | None, int, float, list[str]]:
+        """One `streamflow run` of `work`: (its exit code, None when it was ended at `until`; where this
+        attempt starts in StreamFlow's log; when it ended; the steps it ran)."""
+        import time
+
+        from ..subprocesses import end_group, run_group_logged
+
+        n = work.number
+        work, steps, documents = self._documents(work, places, files, report_failure)
         if files.directory.exists():  # an earlier attempt of this round: end what it left running
             if end_group(files.group, str(self.root.path)):
                 log.info("round %d: ended the processes an earlier attempt of this round left running", n)
@@ -80,35 +115,166 @@ class StreamFlowExecutor:
         for path, text in documents.items():
             path.write_text(text, encoding="utf-8")
         log.info("round %d: streamflow run %s (%s; log %s)", n, files.streamflow, ", ".join(steps), files.log)
-        argv = [
-            command,
-            "run",
-            str(files.streamflow),
-            "--outdir",
-            str(files.outdir),
-            "--name",
-            f"{self.fed.name}-round-{n:03d}",
-        ]
+        assert self._command is not None
+        argv = [self._command, "run", str(files.streamflow), "--outdir", str(files.outdir),
+                "--name", f"{self.fed.name}-round-{n:03d}"]  # fmt: skip
         # StreamFlow's own temporary files stay in the round's folder; SLURM_CONF and the rest of
         # this environment reach sbatch where StreamFlow runs it (a slurm deployment without ssh).
         offset = files.log.stat().st_size if files.log.is_file() else 0
-        code = run_group_logged(argv, files.log, files.group, env={"TMPDIR": str(files.tmp)})
-        if code != 0:
-            self._keep_finished_training(work)
-            note = self._cancel_jobs(work, places, wait=False)
-            raise FederationError(
-                f"round {n}: streamflow run failed (exit code {code}){_errors(files.log, offset)}{note}; the sites' own logs are in "
-                f"their round folders (train.log, evaluate.log); run the federation again to run what is left of round {n}"
-            )
-        self._record(work, files, places)
+        code = run_group_logged(argv, files.log, files.group, env={"TMPDIR": str(files.tmp)}, until=until)
+        return code, offset, time.time(), steps
+
+    # -- a round with a quorum, retries or a deadline ----------------------------------------------
+
+    def _train_for_quorum(self, work: RoundWork, places: dict[str, SitePlace]) -> None:
+        """The round's training as workflows of train steps only, run again for the sites not finished
+        (site_retries) while the deadline allows, each attempt resuming their runs from their latest
+        checkpoints; ended at the deadline (StreamFlow's processes as a group, its SLURM jobs cancelled by
+        name). The sites that failed every attempt or were late are left out if the others meet the
+        quorum, else the round stops saying how to go on (quorum.py)."""
+        import time
+
+        from .builtin import _deadline_text
+        from .deadline import deadline_seconds, round_until
+        from .layout import RoundDir
+        from .quorum import leave_out_failed_sites
+
+        n = work.number
+        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
+        until = round_until(RoundDir(work.averaged.parent, n), deadline_seconds(self.fed.round_deadline))
+        attempts = 1 + self.fed.site_retries
+        pending = list(work.train)
+        failed: dict[str, tuple[str, int]] = {}
+        for attempt in range(1, attempts + 1):
+            if until is not None and time.time() >= until:
+                break
+            training = dataclasses.replace(work, train=pending, average=False, evaluate=[])
+            code, offset, ended, _ = self._streamflow(training, places, files, report_failure=True, until=until)
+            late = _deadline_text(self.fed) if code is None else None
+            interrupted = f"failed: the round's streamflow run failed (exit code {code})"
+            outcomes = self._training_outcomes(training, files, interrupted, late)
+            said = self._record_costs(training, places, ended, interrupted, outcomes, late)
+            if code != 0:
+                if code is not None:
+                    log.warning("round %d: streamflow run failed (exit code %s)%s", n, code, _errors(files.log, offset))
+                note = self._cancel_jobs(training, places, wait=False)
+                if note:
+                    log.warning("round %d%s", n, note)
+            pending = [w for w in pending if outcomes[w.name] is not None]
+            for w in pending:
+                reason = said.get(w.name, "") if late and w.name in said else outcomes[w.name] or ""
+                failed[w.name] = (reason, attempt)
+                again = attempt < attempts and not late
+                log.warning("%s: attempt %d of %d: %s%s", w.label, attempt, attempts, reason,
+                            "; trying again" if again else "")  # fmt: skip
+            if not pending or late:
+                break
+        for w in pending:  # the deadline passed before its first attempt (a round resumed late)
+            failed.setdefault(w.name, (f"late: not started after {_deadline_text(self.fed)}", 0))
+        if pending:
+            leave_out = {w.name: failed[w.name] for w in pending}
+            leave_out_failed_sites(self.fed, work, leave_out, deadline=self.fed.round_deadline if until else None)
+            for name, (reason, _) in leave_out.items():
+                log.warning(
+                    "%s round %d: left out of the round (%s); it trains again in the next round", name, n, reason
+                )
+
+    def _training_outcomes(
+        self, work: RoundWork, files: RoundFiles, interrupted: str, late: str | None
+    ) -> dict[str, str | None]:
+        """Each train step's outcome after a training workflow: None for a finished training (its receipt
+        written, a checkpoint on this machine checked against its manifest), else the reason it did not
+        finish (the step's own report, or why it never reported)."""
+        from ..rundir import RunDir
+        from .phases import trained_record
+
+        outcomes: dict[str, str | None] = {}
+        for w in work.train:
+            assert w.receipt is not None
+            path = files.outdir / f"trained-{w.name}.json"
+            reported = _failure_reported(path)
+            if reported:
+                outcomes[w.name] = reported
+                continue
+            try:
+                record = read_receipt(path)
+            except UserError as exc:
+                outcomes[w.name] = f"refused: {str(exc)[:300]}"
+                continue
+            if not w.site.login:  # the run is on this machine: read here (the step may have been ended after it)
+                assert w.run is not None
+                if RunDir(w.run).summary.is_file():
+                    try:
+                        write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
+                        outcomes[w.name] = None
+                    except UserError as exc:
+                        said = str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                        outcomes[w.name] = f"refused: {said}"
+                    continue
+            elif record is not None and record.get("site") == w.name and record.get("round") == w.round:
+                write_receipt(w.receipt, record)
+                outcomes[w.name] = None
+                continue
+            outcomes[w.name] = f"late: running after {late}" if late else interrupted
+        return outcomes
+
+    def _record_costs(
+        self,
+        work: RoundWork,
+        places: dict[str, SitePlace],
+        ended: float,
+        interrupted: str,
+        outcomes: dict[str, str | None] | None = None,
+        late: str | None = None,
+    ) -> dict[str, str]:
+        """Every training attempt of a `streamflow run` in the site's cost.json (cost.py). A site on this
+        machine records its own (a step ended from outside is closed here: at `ended`, as `interrupted`
+        or late); a SLURM site's are its jobs of the round, found by their name (cwl.job_name) among
+        those Slurm's controller still keeps, with Slurm's own times (a job still queued or running is
+        being cancelled: it ends now). `outcomes`: the steps' own (None: finished). Returns the outcome
+        recorded now for each site."""
+        from ..slurm.commands import job_state, named_jobs
+        from .builtin import _job_exit
+        from .cost import end_running_attempts, record_attempt, slurm_attempt
+
+        said: dict[str, str] = {}
+        for w in work.train:
+            place = places[w.name]
+            path = w.directory / "cost.json"
+            if place.services is None:
+                outcome = f"late: running after {late}" if late else interrupted
+                if end_running_attempts(path, ended, outcome):
+                    said[w.name] = outcome
+                continue
+            via = _ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
+            name = job_name(self.fed, work.number, w.name, "train")
+            try:
+                for job in named_jobs(name, via, ended=True):
+                    state = job_state(job, via)
+                    running = not state.finished
+                    if running and late:
+                        queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
+                        outcome = f"late: still queued after {late}" if queued else f"late: running after {late}"
+                    elif running:
+                        outcome = interrupted
+                    elif outcomes is not None and w.name in outcomes:
+                        outcome = outcomes[w.name] or "finished"
+                    else:
+                        outcome = "finished" if read_receipt(w.receipt or path) else f"failed: {_job_exit(state)}"
+                    record_attempt(path, slurm_attempt(job, state, outcome, cancelled=running))
+                    said[w.name] = outcome
+            except UserError as exc:  # its login node unreachable: the round goes on without these figures
+                log.warning("%s: the times of its SLURM jobs could not be read, its node-hours are not recorded: %s",
+                            w.label, exc)  # fmt: skip
+        return said
 
     def _documents(
-        self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles
+        self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, report_failure: bool = False
     ) -> tuple[RoundWork, list[str], dict[Path, str]]:
         """(the work with sites trained earlier added back, its steps, {path: text} of round.cwl,
         job.yml and streamflow.yml)."""
         work, given = self._finished_training(work)
-        workflow = round_workflow(work, places, self._here(work.number), self.root.path, given)
+        workflow = round_workflow(work, places, self._here(work.number), self.root.path, given, report_failure)
         job = round_job(work, given)
         steps = list(workflow["steps"])
         config = streamflow_config(self.fed, work, places, files, steps)
@@ -222,7 +388,7 @@ class StreamFlowExecutor:
         training = {w.name for w in work.train}
         again, given = [], {}
         for site in self.fed.sites:
-            if site.name in training:
+            if site.name in training or site.name not in work.trained:  # not in the round, or left out of it
                 continue
             sd = self.root.round(work.number).site(site.name)
             if site.login:
@@ -272,7 +438,7 @@ class StreamFlowExecutor:
                 raise FederationError(
                     f"round {n}: the average reported success, but {work.global_model} is not a published average ({exc})"
                 ) from None
-            if record.get("round") != n or len(manifest.inputs) != len(self.fed.sites):
+            if record.get("round") != n or len(manifest.inputs) != len(work.trained):
                 raise FederationError(
                     f"round {n}: {files.outdir / 'averaged.json'} does not describe the average in {work.global_model}"
                 )
@@ -356,6 +522,18 @@ def _errors(log: Path, offset: int, limit: int = 4) -> str:
     return ":\n    " + "\n    ".join(found[:limit]) + f"\n  (StreamFlow's whole log: {log})"
 
 
+def _failure_reported(path: Path) -> str | None:
+    """The reason a train step reported for its failed training (site_task.train, report_failure), or None."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    failed = data.get("failed") if isinstance(data, dict) else None
+    return str(failed)[:300] if failed else None
+
+
 def _output(files: RoundFiles, name: str, what: str) -> dict[str, Any]:
     path = files.outdir / name
     record = read_receipt(path)
@@ -369,7 +547,8 @@ def _output(files: RoundFiles, name: str, what: str) -> dict[str, Any]:
 
 def _local_env() -> dict[str, str]:
     """HOME and the caches of this machine's steps: a CWL runner sets HOME to the step's folder,
-    which would hide the Hugging Face cache, supertune's cache and the user's cluster profiles."""
+    which would hide the Hugging Face cache, supertune's cache and the user's cluster profiles; and
+    it clears the rest of the environment, PYTHONPATH included."""
     from ..paths import cache_dir
 
     home = os.path.expanduser("~")
@@ -381,6 +560,8 @@ def _local_env() -> dict[str, str]:
     }
     if os.environ.get("SUPERTUNE_CONFIG_DIR"):
         env["SUPERTUNE_CONFIG_DIR"] = os.path.abspath(os.path.expanduser(os.environ["SUPERTUNE_CONFIG_DIR"]))
+    if os.environ.get("PYTHONPATH"):  # the steps run the supertune this federation runs (a source checkout's src)
+        env["PYTHONPATH"] = ":".join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(":") if p)
     for key, value in env.items():
         if not plain_path(value):
             raise UserError(f"{key}: {value!r} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "

@@ -76,9 +76,10 @@ def _job_id(job_id: str) -> str:
     return job_id
 
 
-def job_state(job_id: str) -> JobState:
-    """The job's state from scontrol (which also knows finished jobs for MinJobAge seconds)."""
-    result = run_captured(["scontrol", "--oneliner", "show", "job", "--", _job_id(job_id)])
+def job_state(job_id: str, via: Sequence[str] = ()) -> JobState:
+    """The job's state from scontrol (which also knows finished jobs for MinJobAge seconds); `via` as for
+    cancel_named."""
+    result = run_captured([*via, "scontrol", "--oneliner", "show", "job", "--", _job_id(job_id)])
     if result.returncode != 0 and "invalid job id" in (result.stderr + result.stdout).lower():
         return JobState(job_id, "UNKNOWN", reason="Slurm no longer knows this job")
     # Anything else (no Slurm here, no answer from the controller) is an error, not a job state.
@@ -119,7 +120,10 @@ def cancel_named(name: str, via: Sequence[str] = ()) -> None:
     _check(run_captured([*via, "scancel", f"--name={name}"]), f"scancel --name={name}")
 
 
-def named_jobs(name: str, via: Sequence[str] = ()) -> list[str]:
-    """Ids of the jobs named `name` that Slurm still lists (pending, running, completing); `via` as for cancel_named."""
-    out = _check(run_captured([*via, "squeue", "--noheader", f"--name={name}", "--format=%i"]), f"squeue --name={name}")
+def named_jobs(name: str, via: Sequence[str] = (), ended: bool = False) -> list[str]:
+    """Ids of the jobs named `name` that Slurm still lists (pending, running, completing; with `ended`, also
+    those that ended less than MinJobAge ago, which the controller still keeps); `via` as for cancel_named."""
+    states = ["--states=all"] if ended else []
+    argv = [*via, "squeue", "--noheader", f"--name={name}", "--format=%i", *states]
+    out = _check(run_captured(argv), f"squeue --name={name}")
     return [line.strip() for line in out.splitlines() if line.strip()]
