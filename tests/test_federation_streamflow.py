@@ -7,7 +7,11 @@
   federation for both claims: its sites' training and the base's evaluation run once, not twice);
   a finished federation run again starts no StreamFlow;
 - a site on the real Slurm test cluster through StreamFlow's `slurm` deployment (sbatch run here):
-  its training and evaluation run in the jobs StreamFlow submitted, with supertune's job scripts;
+  its training and evaluation run in the jobs StreamFlow submitted, with supertune's job scripts,
+  and its training job's Slurm times are its cost (found by the job's name);
+- a quorum with a retry: a site whose training ends in a NaN at every attempt is left out and the
+  round goes on, every attempt costed; a site still training at the round's deadline is ended and
+  left out;
 - the generated streamflow.yml of a site behind a login node (slurm wrapping ssh), and the checks
   of the StreamFlow-only keys, without running anything;
 - `federate --dry-run` prints round 1's StreamFlow files with the federation directory's paths, and

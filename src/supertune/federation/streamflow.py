@@ -10,6 +10,13 @@ success there, so every expected output is read and checked here before the roun
 written, as the built-in executor writes them. After a failed or interrupted run, the round's SLURM
 jobs are cancelled by name (StreamFlow's own cleanup leaves them running), and so is what an
 earlier attempt of the round left behind, before the round runs again.
+
+With a quorum, retries or a deadline (aggregation.min_sites, site_retries, round_deadline) a round
+runs in two parts: its training, as workflows of train steps that report a failed training instead of
+failing (StreamFlow would end the other sites' steps), run again for the sites not finished and ended
+at the deadline; then, once the failed and late sites are left out (quorum.py), the average and the
+evaluations. Every training attempt goes to the site's cost.json (cost.py): a step on this machine
+records its own, a SLURM site's are its jobs of the round, found by name, with Slurm's times.
 """
 
 from __future__ import annotations
@@ -101,6 +108,7 @@ class StreamFlowExecutor:
         import time
 
         from ..subprocesses import end_group, run_group_logged
+        from .cost import end_running_attempts
 
         n = work.number
         work, steps, documents = self._documents(work, places, files, report_failure)
@@ -110,6 +118,11 @@ class StreamFlowExecutor:
             note = self._cancel_jobs(work, places, wait=True)
             if note:
                 log.warning("round %d%s", n, note)
+            for w in work.train:  # a step of a killed federation ran until now: it could not close its attempt
+                if places[w.name].services is None:
+                    end_running_attempts(
+                        w.directory / "cost.json", time.time(), "failed: ended after the federation was killed"
+                    )
         shutil.rmtree(files.outdir, ignore_errors=True)
         files.tmp.mkdir(parents=True, exist_ok=True)
         for path, text in documents.items():
@@ -616,7 +629,9 @@ def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: Federa
         executor = StreamFlowExecutor(fed, scratch)
         files = RoundFiles(scratch.streamflow / "round-001")
         places = {s.name: executor._named(s, lambda s=s: executor._place(s, work)) for s in fed.sites}
-        _, _, documents = executor._documents(work, places, files)
+        if executor._robust():  # round 1 starts with its training alone (run_round)
+            work = dataclasses.replace(work, average=False, evaluate=[])
+        _, _, documents = executor._documents(work, places, files, report_failure=executor._robust())
         here, there = str(scratch.path), str(root.path)
         return {Path(str(p).replace(here, there, 1)): text.replace(here, there) for p, text in documents.items()}
 
