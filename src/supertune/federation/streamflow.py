@@ -245,7 +245,7 @@ class StreamFlowExecutor:
         or late); a SLURM site's are its jobs of the round, found by their name (cwl.job_name) among
         those Slurm's controller still keeps, with Slurm's own times (a job still queued or running is
         being cancelled: it ends now). `outcomes`: the steps' own (None: finished). Returns the outcome
-        recorded now for each site."""
+        recorded now for each site (its latest job's, for a SLURM site)."""
         from ..slurm.commands import job_state, named_jobs
         from .builtin import _job_exit
         from .cost import end_running_attempts, record_attempt, slurm_attempt
@@ -262,7 +262,7 @@ class StreamFlowExecutor:
             via = _ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
             name = job_name(self.fed, work.number, w.name, "train")
             try:
-                for job in named_jobs(name, via, ended=True):
+                for job in sorted(named_jobs(name, via, ended=True), key=lambda j: int(j) if j.isdigit() else 0):
                     state = job_state(job, via)
                     running = not state.finished
                     if running and late:
@@ -273,7 +273,8 @@ class StreamFlowExecutor:
                     elif outcomes is not None and w.name in outcomes:
                         outcome = outcomes[w.name] or "finished"
                     else:
-                        outcome = "finished" if read_receipt(w.receipt or path) else f"failed: {_job_exit(state)}"
+                        done = w.receipt is not None and read_receipt(w.receipt) is not None
+                        outcome = "finished" if done else f"failed: {_job_exit(state)}"
                     record_attempt(path, slurm_attempt(job, state, outcome, cancelled=running))
                     said[w.name] = outcome
             except UserError as exc:  # its login node unreachable: the round goes on without these figures
