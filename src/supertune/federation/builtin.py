@@ -22,7 +22,7 @@ from .receipts import checked_checkpoint, read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig
 
-__all__ = ["BuiltinExecutor", "FederationError", "average_phase"]
+__all__ = ["BuiltinExecutor", "FederationError", "average_phase", "late_job_reason"]
 
 log = logging.getLogger("supertune")
 
@@ -55,6 +55,14 @@ def _job_exit(state) -> str:
     if code.isdigit() and int(code):
         return f"exit {code}"
     return f"job {state.state}"
+
+
+def late_job_reason(state, wait: str) -> str:
+    """Why a SLURM job unfinished at the round's deadline is late: `late: still queued after 2h`, `late:
+    held in the queue after 2h` (scontrol hold, sbatch --hold), `late: running after 2h`."""
+    queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
+    held = queued and state.reason in ("JobHeldUser", "JobHeldAdmin")
+    return f"late: {'held in the queue' if held else 'still queued' if queued else 'running'} after {wait}"
 
 
 def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
@@ -299,11 +307,7 @@ class BuiltinExecutor:
                 w, job_id = named[name], jobs[name]
                 if not state.finished:  # the deadline passed: the node-hours it would still take are not spent
                     cancel_job(job_id)
-                    wait = _deadline_text(self.fed)
-                    queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
-                    held = queued and state.reason in ("JobHeldUser", "JobHeldAdmin")  # scontrol hold, or sbatch --hold
-                    where = "held in the queue" if held else "still queued" if queued else "running"
-                    reason = f"late: {where} after {wait}"
+                    reason = late_job_reason(state, _deadline_text(self.fed))
                     log.warning("%s: %s; job %s cancelled", w.label, reason, job_id)
                     record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason, cancelled=True))
                     failed[name] = (reason, tries[name])

@@ -247,7 +247,7 @@ class StreamFlowExecutor:
         being cancelled: it ends now). `outcomes`: the steps' own (None: finished). Returns the outcome
         recorded now for each site (its latest job's, for a SLURM site)."""
         from ..slurm.commands import job_state, named_jobs
-        from .builtin import _job_exit
+        from .builtin import _job_exit, late_job_reason
         from .cost import end_running_attempts, record_attempt, slurm_attempt
 
         said: dict[str, str] = {}
@@ -266,8 +266,7 @@ class StreamFlowExecutor:
                     state = job_state(job, via)
                     running = not state.finished
                     if running and late:
-                        queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
-                        outcome = f"late: still queued after {late}" if queued else f"late: running after {late}"
+                        outcome = late_job_reason(state, late)
                     elif running:
                         outcome = interrupted
                     elif outcomes is not None and w.name in outcomes:
