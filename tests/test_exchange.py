@@ -211,8 +211,11 @@ def test_agents_settings_are_checked_with_the_federation(tmp_path):
     assert "exchange: executor: agents needs the exchange the sites meet at" in problems(executor="agents")
     assert "exchange: only used with executor: agents" in problems(exchange=str(tmp_path))
     assert "exchange: 'ftp://x/y': only ssh:// addresses" in problems(executor="agents", exchange="ftp://x/y")
-    said = problems(executor="agents", exchange=str(tmp_path), aggregation={"min_sites": 1})
-    assert "aggregation.min_sites: not supported with executor: agents yet" in said
+    said = problems(executor="agents", exchange=str(tmp_path), aggregation={"min_sites": 3}, round_deadline="soon")
+    assert (
+        "aggregation.min_sites: 3, but round 1 has 2 sites" in said
+        and "round_deadline: 'soon' is not a duration" in said
+    )
     # an agent's config and cluster profile are at its site: the coordinator does not look for them here
     path = tmp_path / "ok.yaml"
     path.write_text(json.dumps({"executor": "agents", "exchange": str(tmp_path / "x"), "rounds": 1,
