@@ -7,7 +7,12 @@ the base model, so the coordinator finds no result at the round's deadline and a
 the coordinator itself is killed (SIGKILL) in the middle of that average and run again: it keeps the
 decision (site-a's model is round 1's global model). Round 2: site-b's agent, started again, trains,
 and its training is killed at step 1 at both attempts (site_retries: 1): it reports the failure and the
-round goes on without it. Round 3: site-b is back."""
+round goes on without it. Round 3: site-b is back.
+
+Also, in one process against a directory exchange whose site records are written as agents write
+them: a round below its quorum stops, forgets its start and, run again, starts anew (a report of the
+earlier start is not taken for this one), which is what a failed site's agent waits for to try again;
+a site skipped with --skip-site is named in the round's start record, and its agent does not."""
 
 from __future__ import annotations
 
@@ -26,8 +31,6 @@ from safetensors.numpy import load_file
 
 from supertune.federation.default import site_corpus
 
-pytestmark = pytest.mark.slow
-
 DEADLINE = 60
 """Seconds a round's training may take: site-a's evaluation, 2 steps and its upload fit well within."""
 
@@ -39,6 +42,7 @@ def _model(directory: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.slow
 def test_an_agents_federation_goes_on_without_a_late_site_and_a_failed_one(tmp_path: Path) -> None:
     exchange = tmp_path / "exchange"
     sites = []
@@ -49,7 +53,8 @@ def test_an_agents_federation_goes_on_without_a_late_site_and_a_failed_one(tmp_p
         sites.append({"name": name, "overrides": overrides, "steps_per_round": 2})
     config = {"name": "agents-quorum", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 3,
               "executor": "agents", "exchange": str(exchange), "poll_seconds": 1, "site_retries": 1,
-              "round_deadline": f"{DEADLINE}s", "aggregation": {"min_sites": 1}, "sites": sites}  # fmt: skip
+              "round_deadline": f"{DEADLINE}s", "aggregation": {"min_sites": 1}, "sites": sites,
+              "benchmarks": ["supertune_corpus_nouns"]}  # fmt: skip
     (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     fed = tmp_path / "fed"
     procs: list[subprocess.Popen] = []
@@ -129,3 +134,66 @@ def test_an_agents_federation_goes_on_without_a_late_site_and_a_failed_one(tmp_p
     assert rows[2, "site-b"]["left_out"] == "failed: killed by signal 9" and rows[2, "site-b"]["node_hours"] > 0
     assert rows[3, "site-b"]["left_out"] is None and rows[3, "site-b"]["tokens"] > 0
     assert "left out: failed: killed by signal 9 |" in (fed / "rounds.md").read_text()
+    # the benchmarks ran on the coordinator's copy of every round's global model
+    scores = json.loads((fed / "rounds.json").read_text())["benchmarks"]
+    assert sorted(scores) == ["1", "2", "3"] and all(
+        0 <= s["supertune_corpus_nouns"]["acc"] <= 1 for s in scores.values()
+    )
+
+
+def test_a_round_below_its_quorum_starts_again_and_the_failed_agents_with_it(tmp_path: Path) -> None:
+    from supertune.errors import UserError
+    from supertune.exchange import Exchange, parse_exchange
+    from supertune.federation import exchange_layout as names
+    from supertune.federation.agents import AgentsExecutor
+    from supertune.federation.layout import FederationDir
+    from supertune.federation.quorum import skip_sites
+    from supertune.federation.receipts import read_receipt, write_receipt
+    from supertune.federation.rounds import RoundWork, SiteWork
+    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.site_agent import _Agent
+
+    sites = [SiteConfig(name=n) for n in ("a", "b", "c")]
+    fed = FederationConfig(name="q", rounds=1, executor="agents", exchange=str(tmp_path / "exchange"), poll_seconds=1,
+                           round_deadline="2s", aggregation=AggregationConfig(min_sites=2), sites=sites)  # fmt: skip
+    root = FederationDir(tmp_path / "fed")
+    root.config.parent.mkdir(parents=True)
+    root.config.write_text("name: q\n")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    exchange = Exchange(parse_exchange(fed.exchange))
+    coordinator = AgentsExecutor(fed, root)
+    rd = root.round(1)
+
+    def work() -> RoundWork:
+        train = [SiteWork(s, 1, tmp_path / "x.yaml", rd.site(s.name).path, receipt=rd.site(s.name).trained)
+                 for s in sites if read_receipt(rd.site(s.name).left_out) is None]  # fmt: skip
+        return RoundWork(1, base, rd.global_model, rd.averaged, train=train, trained={w.name: w.receipt for w in train})
+
+    start = coordinator._put_start(1)
+    for name in ("a", "b"):  # as an agent reports a training that failed every attempt of this start
+        report = {"round": 1, "start": start["unix"], "reason": "failed: exit 1", "tries": 2, "attempts": []}
+        exchange.put_json(names.site_failed(name, 1), report)
+    with pytest.raises(UserError) as stopped:
+        coordinator.run_round(work())
+    assert str(stopped.value).startswith(
+        "round 1: 0 of 3 sites finished training by its deadline (round_deadline 2s) and the round needs "
+        "aggregation.min_sites=2; a: failed: exit 1 (2 attempts); b: failed: exit 1 (2 attempts); "
+        "c: late: no result at the exchange after 2s (1 attempt); run "
+    )
+    assert not rd.started.exists() and not list(rd.path.rglob("left_out.json"))
+    # site-b's agent failed that start of the round and waits for the round's global model
+    agent = _Agent(fed, sites[1], FederationDir(tmp_path / "agent-b"), exchange)
+    write_receipt(agent.root.round(1).started, {"round": 1, "unix": start["unix"]})
+    write_receipt(agent.root.round(1).site("b").left_out, {"reason": "failed: exit 1", "attempts": 2})
+    assert not agent._started_again(1)
+    # run again: a new start, with which the earlier reports do not count
+    with pytest.raises(UserError) as again:
+        coordinator.run_round(work())
+    assert "a: late: no result at the exchange after 2s" in str(again.value)
+    assert agent._started_again(1)  # the cue for site-b's agent to train the round again
+    skip_sites(fed, root, ["b"])
+    assert coordinator._put_start(1)["left_out"] == {"b": "skipped: --skip-site"}
+    assert exchange.get_json(names.round_start(1))["left_out"] == {"b": "skipped: --skip-site"}
+    assert not agent._started_again(1)  # skipped: its agent does not train the round
