@@ -176,7 +176,7 @@ class _Agent:
         anyway (after the decision) is set aside, so that its next change carries the residual of the
         round that was averaged, as a site that sat the round out does."""
         sd = self.root.round(number).site(self.site.name)
-        if sd.sent.is_dir():
+        if sd.sent.is_dir() and not (sd.path / "sent-not-averaged").exists():
             sd.sent.rename(sd.path / "sent-not-averaged")
         log.warning("site %s: left out of round %d by the coordinator (%s); it trains the next round from round "
                     "%d's global model", self.site.name, number, reason, number)  # fmt: skip
