@@ -134,3 +134,35 @@ def test_the_chains_script_and_its_refusals(capsys, tmp_path: Path) -> None:
         code, _, err = cli("federate", *argv)
         lines = [line for line in err.splitlines() if line.startswith("supertune: error: ")]
         assert code == 2 and len(lines) == 1 and expected in lines[0], (argv, err)
+
+
+def test_a_link_whose_exchange_is_unreachable_waits_and_submits_the_next_link(tmp_path: Path) -> None:
+    """The links' script run by bash, with a stand-in for the Python it starts: an agent that exits
+    OUTAGE_EXIT (the exchange stayed unreachable) is followed by the wait and the next link's submission
+    (here cut short by the USR1 a link gets before its time limit); any other failure ends the chain."""
+    from supertune.clusters.schema import ClusterProfile
+    from supertune.federation.agent_chain import OUTAGE_EXIT, AgentChain, render_chain_script
+
+    python = tmp_path / "python"
+    python.write_text(
+        '#!/bin/sh\ncase " $* " in *" --next "*) echo "$*" >> "$MARK"; exit 0;; esac\nexit "$AGENT_EXIT"\n'
+    )
+    python.chmod(0o755)
+    chain = AgentChain("site-a", str(tmp_path / "exchange"), tmp_path / "agent", "testcluster", "00:30:00", None,
+                       str(python), tmp_path)  # fmt: skip
+    script = tmp_path / "link.sh"
+    script.write_text(render_chain_script(chain, ClusterProfile(name="testcluster")))
+    for code in (OUTAGE_EXIT, 3):
+        mark = tmp_path / f"next-{code}"
+        env = dict(os.environ, SLURM_JOB_ID="7", MARK=str(mark), AGENT_EXIT=str(code))
+        log = tmp_path / f"link-{code}.log"
+        link = subprocess.Popen(["bash", str(script)], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        if code == OUTAGE_EXIT:
+            deadline = time.time() + 60
+            while "the exchange is unreachable" not in log.read_text() and time.time() < deadline:
+                time.sleep(0.1)
+            link.send_signal(signal.SIGUSR1)
+        assert link.wait(timeout=60) == (0 if code == OUTAGE_EXIT else code), log.read_text()
+        assert mark.is_file() == (code == OUTAGE_EXIT), log.read_text()
+    assert "agent-link site-a" in (tmp_path / f"next-{OUTAGE_EXIT}").read_text()
+    assert "--next --cluster testcluster --time 00:30:00" in (tmp_path / f"next-{OUTAGE_EXIT}").read_text()

@@ -101,7 +101,7 @@ def test_a_connection_dropped_in_the_middle_resumes_where_the_bytes_stopped(tmp_
     assert hashlib.sha256((tmp_path / "exchange" / "site-a" / "model").read_bytes()).hexdigest() == sha == put["sha256"]
 
 
-def test_doctor_measures_the_link_to_the_exchange_and_leaves_nothing_there(tmp_path, ssh_server):
+def test_doctor_measures_the_link_to_the_exchange_and_leaves_nothing_there(tmp_path, ssh_server, monkeypatch):
     url = f"{ssh_server.url}{tmp_path / 'exchange'}"
     proc = subprocess.run(
         [sys.executable, "-m", "supertune", "doctor", "--exchange", url, "--probe-mb", "2", "--json"],
@@ -125,6 +125,12 @@ def test_doctor_measures_the_link_to_the_exchange_and_leaves_nothing_there(tmp_p
         proc = subprocess.run([sys.executable, "-m", "supertune", "doctor", "--exchange", bad],
                               capture_output=True, text=True, env=ssh_server.env, timeout=120)  # fmt: skip
         assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # an outage is its own error, which a site agent's chain of jobs waits out (agent_chain.OUTAGE_EXIT)
+    from supertune.exchange import Exchange, ExchangeUnreachable, parse_exchange
+
+    monkeypatch.setenv("SUPERTUNE_SSH", ssh_server.ssh)
+    with pytest.raises(ExchangeUnreachable, match="the connection failed 1 times"):
+        Exchange(parse_exchange(closed), retries=0).ping()
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -211,8 +217,10 @@ def test_agents_settings_are_checked_with_the_federation(tmp_path):
     assert "exchange: executor: agents needs the exchange the sites meet at" in problems(executor="agents")
     assert "exchange: only used with executor: agents" in problems(exchange=str(tmp_path))
     assert "exchange: 'ftp://x/y': only ssh:// addresses" in problems(executor="agents", exchange="ftp://x/y")
-    said = problems(executor="agents", exchange=str(tmp_path), aggregation={"min_sites": 1})
-    assert "aggregation.min_sites: not supported with executor: agents yet" in said
+    # a quorum, retries and a deadline are an agents federation's too, checked as any federation's
+    said = problems(executor="agents", exchange=str(tmp_path), aggregation={"min_sites": 0}, round_deadline="soon")
+    assert "aggregation.min_sites: must be at least 1" in said and "round_deadline: 'soon' is not a duration" in said
+    assert "not supported with executor: agents" not in said
     # an agent's config and cluster profile are at its site: the coordinator does not look for them here
     path = tmp_path / "ok.yaml"
     path.write_text(json.dumps({"executor": "agents", "exchange": str(tmp_path / "x"), "rounds": 1,

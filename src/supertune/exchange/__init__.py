@@ -3,6 +3,6 @@ coordinator put files into and get files from, whole, verified and resumable (fi
 fast a link to it is (link_check.py, `supertune doctor --exchange`)."""
 
 from .address import ExchangeAddress, parse_exchange
-from .files import Exchange
+from .files import Exchange, ExchangeUnreachable
 
-__all__ = ["Exchange", "ExchangeAddress", "parse_exchange"]
+__all__ = ["Exchange", "ExchangeUnreachable", "ExchangeAddress", "parse_exchange"]

@@ -30,7 +30,7 @@ from ..file_table import sha256_file
 from .address import ExchangeAddress
 from .hosts import Dropped, host_for
 
-__all__ = ["Exchange"]
+__all__ = ["Exchange", "ExchangeUnreachable"]
 
 log = logging.getLogger("supertune")
 T = TypeVar("T")
@@ -38,6 +38,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PARTIAL = ".partial"
 LOGGED = 1_000_000
 """Files of at least this many bytes get a line in the log when they arrive (records and configs do not)."""
+
+
+class ExchangeUnreachable(UserError):
+    """The exchange did not answer through every retry of one step: an outage longer than the backoff
+    (a VM rebooting, a network down for minutes). Nothing is lost, and a later try may succeed, so a site
+    agent's chain of jobs waits and submits its next link instead of ending (agent_chain.py)."""
 
 
 class _Progress:
@@ -103,7 +109,7 @@ class Exchange:
                 return attempt()
             except Dropped as exc:
                 if number == self.retries:
-                    raise UserError(
+                    raise ExchangeUnreachable(
                         f"exchange {self.address.text}: {what}: the connection failed {number + 1} times, the last: {exc}; "
                         "check the link (supertune doctor --exchange URL) and run again (a transfer resumes where it stopped)"
                     ) from None

@@ -7,7 +7,11 @@ is safe at any moment: run again, it picks up where it was, and a site training 
 stays queued and is waited for, not submitted twice) and submits the next link (entry point
 `agent-link --next`, which plans, renders and submits as `--submit` did: the same script). The chain ends with the agent: after the
 federation's last round (exit 0), or at the agent's first error (its status, with the error in the
-link's log), never by resubmitting a failure.
+link's log), never by resubmitting a failure. An exchange that stays unreachable through the
+exchange's own retries is not a failure of the federation but an outage (a VM rebooting, a network
+down for an hour): the agent exits OUTAGE_EXIT, and the link waits OUTAGE_WAIT seconds (or until its
+USR1) and submits the next link, which tries again; each link of an outage costs its queue wait and
+a minute or so of one CPU.
 
 Every link's job id is appended to `DIR/agent-job/jobs.jsonl` and its log is
 `DIR/agent-job/logs/<job name>-<job id>.out`, DIR being the agent's directory.
@@ -28,11 +32,17 @@ from ..rundir import RunDir
 if TYPE_CHECKING:
     from ..clusters.schema import ClusterProfile
 
-__all__ = ["AgentChain", "plan_chain", "render_chain_script", "submit_chain", "CHAIN_DIR", "DEFAULT_TIME"]
+__all__ = ["AgentChain", "plan_chain", "render_chain_script", "submit_chain", "CHAIN_DIR", "DEFAULT_TIME",
+           "OUTAGE_EXIT"]  # fmt: skip
 
 CHAIN_DIR = "agent-job"
 """The chain's script, logs and job records, inside the agent's directory."""
 DEFAULT_TIME = "04:00:00"
+OUTAGE_EXIT = 75
+"""The agent's exit status when the exchange stayed unreachable (sysexits' EX_TEMPFAIL: try again later)."""
+OUTAGE_WAIT = 300
+"""Seconds a link waits after an outage before it submits the next link: the exchange's own retries
+have just waited 30 s, and an outage that outlasted them is more likely minutes than seconds."""
 LEAD = 120
 """Seconds before a link's time limit at which it stops the agent and submits the next link: enough
 for a Python start and one sbatch on a busy login node. SLURM may send the signal up to a minute
@@ -142,7 +152,8 @@ def render_chain_script(chain: AgentChain, profile: ClusterProfile) -> str:
     )
     sections.append(_LINK.replace("@AGENT@", join(chain.link_words(submit_next=False)))
                     .replace("@NEXT@", join(chain.link_words(submit_next=True)))
-                    .replace("@SITE@", quote(chain.site)))  # fmt: skip
+                    .replace("@SITE@", quote(chain.site))
+                    .replace("@OUTAGE@", str(OUTAGE_EXIT)).replace("@WAIT@", str(OUTAGE_WAIT)))  # fmt: skip
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
@@ -167,6 +178,15 @@ if [ "$link_ends" = 1 ]; then kill -TERM "$agent_pid" 2>/dev/null || true; fi
 while kill -0 "$agent_pid" 2>/dev/null; do wait "$agent_pid" || true; done
 status=0
 wait "$agent_pid" || status=$?
+if [ "$status" = @OUTAGE@ ] && [ "$link_ends" != 1 ]; then
+  # the exchange stayed unreachable (above): an outage, not an error; wait, then the next link tries again
+  echo "supertune: the exchange is unreachable; the next link is submitted in @WAIT@ s"
+  sleep @WAIT@ &
+  agent_pid=$!
+  if [ "$link_ends" = 1 ]; then kill -TERM "$agent_pid" 2>/dev/null || true; fi
+  wait "$agent_pid" || true
+  link_ends=1
+fi
 if [ "$link_ends" != 1 ]; then
   # every round done (0), or the agent's error above: the chain ends here
   exit "$status"

@@ -1,6 +1,7 @@
 """Entry point `agent-link`: what one link of a site agent's chain of SLURM jobs runs (agent_chain.py).
 
-agent-link SITE EXCHANGE --dir DIR                  the site's agent, until the federation ends
+agent-link SITE EXCHANGE --dir DIR                  the site's agent, until the federation ends (exit
+                                                    OUTAGE_EXIT when the exchange stays unreachable)
 agent-link SITE EXCHANGE --dir DIR --next --cluster C --time T [--partition P]
                                                     the next link, submitted as `--submit` submits
 """
@@ -8,6 +9,7 @@ agent-link SITE EXCHANGE --dir DIR --next --cluster C --time T [--partition P]
 from __future__ import annotations
 
 import argparse
+import sys
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,10 +32,16 @@ def run(args: argparse.Namespace) -> int:
         job_id = submit_chain(chain, render_chain_script(chain, profile))
         print(f"supertune: site {args.site}: submitted job {job_id}, the next link of the agent's chain", flush=True)
         return 0
+    from ..exchange import ExchangeUnreachable
     from ..train.logging_setup import setup_logging
+    from .agent_chain import OUTAGE_EXIT
     from .site_agent import run_agent
 
     setup_logging()
-    agent_dir = run_agent(args.site, args.exchange, args.dir)
+    try:
+        agent_dir = run_agent(args.site, args.exchange, args.dir)
+    except ExchangeUnreachable as exc:  # an outage: the link script waits and submits the next link
+        print(f"supertune: error: {exc}", file=sys.stderr, flush=True)
+        return OUTAGE_EXIT
     print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}", flush=True)
     return 0

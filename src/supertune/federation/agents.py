@@ -8,11 +8,23 @@ Receipts are the built-in executor's: a site's result, once got and checked, is 
 recorded are its `cost.json`, its evaluation is its `evaluated.json`. So the round table, --status,
 --plan and a resumed federation read an agents federation as any other. Every wait asks the exchange
 once per `poll_seconds` (exchange_wait.py).
+
+A quorum and a deadline (quorum.py, deadline.py) decide as with the built-in executor. A round's start
+is its `started.json`, put on the exchange (`global/start-NNN.json`) before the global model the round
+trains from, so that each agent gives its training the same deadline. A site whose agent reports that
+its training failed every attempt (`sites/<site>/failed-NNN.json`, for this start of the round), or
+that has neither a result nor such a report at the deadline, is failed, and
+`quorum.leave_out_failed_sites` decides: `left_out.json` receipts, or a stop below the quorum that
+forgets the round's start, so that running the coordinator again starts the round again with a new
+start record, which the failed agents take as their cue to try again. The decision reaches the agents
+in the global model's record (`left_out`), and a site skipped before the round's training in its start
+record.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +34,7 @@ from ..file_table import file_table
 from ..transfer import PACKAGE_MANIFEST, package_problems, read_package
 from . import exchange_layout as names
 from .builtin import average_phase
-from .cost import record_attempt
+from .deadline import deadline_seconds, duration_text, forget_start
 from .exchange_wait import wait_at_exchange
 from .layout import FederationDir
 from .receipts import read_receipt, write_receipt
@@ -58,12 +70,36 @@ class AgentsExecutor:
             self._wait_for_evaluations(work.evaluate, work.number)
 
     def _publish(self, number: int, model: Path) -> None:
-        """The global model of round `number` on the exchange: its files, then its record."""
+        """The global model of round `number` on the exchange: the start of the round that trains from it
+        first, then its files, then its record (with the sites the round was averaged without)."""
+        if number < self.fed.rounds:
+            self._put_start(number + 1)
         if self.exchange.get_json(names.global_record(number)) is not None:
             return
         log.info("round %d: putting the global model on the exchange %s", number, self.fed.exchange)
         files = self.exchange.put_tree(model, names.global_files(number), file_table(model))
-        self.exchange.put_json(names.global_record(number), {"round": number, "files": files})
+        record = {"round": number, "files": files, "left_out": self._left_out(number)}
+        self.exchange.put_json(names.global_record(number), record)
+
+    def _left_out(self, number: int) -> dict[str, str]:
+        """The sites left out of round `number`, with the reason: from their receipts (quorum.py)."""
+        rd = self.root.round(number)
+        receipts = {s.name: read_receipt(rd.site(s.name).left_out) for s in self.fed.sites}
+        return {name: str(r.get("reason")) for name, r in receipts.items() if r is not None}
+
+    def _put_start(self, number: int) -> dict:
+        """Round `number`'s start (its receipt, made now when it has none) on the exchange, with its deadline
+        and the sites already left out of it (--skip-site); put again whenever that changes."""
+        rd = self.root.round(number)
+        seconds = deadline_seconds(self.fed.round_deadline)
+        started = read_receipt(rd.started)
+        if started is None or not isinstance(started.get("unix"), (int, float)):
+            started = {"round": number, "unix": time.time(), "deadline_s": seconds}
+            write_receipt(rd.started, started)
+        record = {"round": number, "unix": started["unix"], "deadline_s": seconds, "left_out": self._left_out(number)}
+        if self.exchange.get_json(names.round_start(number)) != record:
+            self.exchange.put_json(names.round_start(number), record)
+        return record
 
     def _each_record(
         self,
@@ -86,10 +122,64 @@ class AgentsExecutor:
         wait_at_exchange(ask, self.fed.poll_seconds, lambda: f"{what} of {', '.join(sorted(pending))} at the exchange")
 
     def _collect(self, work: RoundWork) -> None:
-        """Each training site's result of the round, got and checked, as its training receipt."""
-        self._each_record(
-            work.train, lambda name: names.site_record(name, work.number), self._receive, f"round {work.number}"
+        """Each training site's result of the round, got and checked, as its training receipt; with a
+        quorum or a deadline, a site whose agent reports a failure for this start of the round, whose
+        result is refused, or that has sent nothing by the deadline is failed, and the quorum decides."""
+        number = work.number
+        start = self._put_start(number)
+        until = start["unix"] + start["deadline_s"] if start["deadline_s"] else None
+        decides = self.fed.aggregation.min_sites is not None or until is not None
+        pending = {w.name: w for w in work.train}
+        failed: dict[str, tuple[str, int]] = {}
+
+        def ask() -> bool | None:
+            for name, w in list(pending.items()):
+                record = self.exchange.get_json(names.site_record(name, number))
+                report = None if record else self.exchange.get_json(names.site_failed(name, number))
+                if record is not None:
+                    try:
+                        self._receive(w, record)
+                    except UserError as exc:
+                        if not decides:
+                            raise
+                        said = str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                        failed[name] = (f"refused: {said}", 1)
+                        log.warning("%s: %s", w.label, exc)
+                elif report is not None and report.get("start") == start["unix"]:  # not one of an earlier start
+                    failed[name] = self._failure(w, report)
+                else:
+                    continue
+                del pending[name]
+            if pending and until is not None and time.time() >= until:
+                for name, w in pending.items():  # its agent, if alive, ends its training at the same deadline
+                    failed[name] = (f"late: no result at the exchange after {duration_text(start['deadline_s'])}", 1)
+                    log.warning("%s: %s", w.label, failed[name][0])
+                pending.clear()
+            return True if not pending else None
+
+        wait_at_exchange(
+            ask, self.fed.poll_seconds, lambda: f"round {number} of {', '.join(sorted(pending))} at the exchange"
         )
+        if failed:
+            from .quorum import leave_out_failed_sites
+
+            try:
+                leave_out_failed_sites(self.fed, work, failed, deadline=self.fed.round_deadline if until else None)
+            except UserError:
+                # Below the quorum: the next run starts the round again, with a new start record that
+                # the failed sites' agents take as their cue to try again (with a deadline, already done).
+                forget_start(self.root.round(number))
+                raise
+
+    def _failure(self, w: SiteWork, report: dict) -> tuple[str, int]:
+        """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""
+        attempts = [a for a in report.get("attempts") or [] if isinstance(a, dict)]
+        write_receipt(w.directory / "cost.json", {"attempts": attempts})
+        reason = str(report.get("reason") or "failed at the site")[:300]
+        tries = report.get("tries")
+        tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else len(attempts)
+        log.warning("%s: its agent reports %s (%d attempt%s)", w.label, reason, tries, "s" if tries != 1 else "")
+        return reason, tries
 
     def _receive(self, w: SiteWork, record: dict) -> None:
         label = w.label
@@ -119,9 +209,9 @@ class AgentsExecutor:
             }
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{label}: its record on the exchange is incomplete ({exc}); it is not averaged") from None
-        for attempt in record.get("attempts") or []:
-            if isinstance(attempt, dict):
-                record_attempt(w.directory / "cost.json", attempt)
+        # every attempt the site's agent made (its own cost.json), as this site's cost: the same list each time
+        attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+        write_receipt(w.directory / "cost.json", {"attempts": attempts})
         write_receipt(w.receipt, receipt)
         log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
                  package.sent_weight_bytes / 1e6)  # fmt: skip

@@ -5,12 +5,19 @@ one rename) and checked on receipt against the record's table.
 
     federation.yaml                    the coordinator: the federation config (agents read their site's part)
     global/round-NNN/<files>           the coordinator: the global model round NNN made (000: the base model)
-    global/round-NNN.json              the coordinator: {round, files: {name: {size, sha256}}}
+    global/round-NNN.json              the coordinator: {round, files: {name: {size, sha256}}, left_out:
+                                       {site: reason}}: the sites round NNN was averaged without
+    global/start-NNN.json              the coordinator: {round, unix, deadline_s, left_out}: when round NNN's
+                                       training started (its deadline counts from it), put before the global
+                                       model it trains from, and put again when the round starts again
     sites/<site>/round-NNN/<files>     the site's agent: what it sends after round NNN (a transfer package)
     sites/<site>/round-NNN.json        the site's agent: {round, files, step, tokens, samples, loss_tokens,
                                        eval_loss, seconds, attempts}
     sites/<site>/eval-NNN.json         the site's agent: {eval_loss, eval_tokens, seconds} of global model NNN
                                        on its validation data
+    sites/<site>/failed-NNN.json       the site's agent: {round, start, reason, tries, attempts}: its training
+                                       of round NNN failed every attempt (or ran past the deadline) in the
+                                       round that started at `start` (a quorum or a deadline decides)
 
 The coordinator reads a site's results only from `sites/<site>/`; names are made here from the round
 number and the site names the federation config checked, never read from a listing.
@@ -18,7 +25,8 @@ number and the site names the federation config checked, never read from a listi
 
 from __future__ import annotations
 
-__all__ = ["CONFIG", "global_files", "global_record", "site_files", "site_record", "site_eval"]
+__all__ = ["CONFIG", "global_files", "global_record", "round_start", "site_files", "site_record", "site_eval",
+           "site_failed"]  # fmt: skip
 
 CONFIG = "federation.yaml"
 
@@ -31,6 +39,10 @@ def global_record(number: int) -> str:
     return f"global/round-{number:03d}.json"
 
 
+def round_start(number: int) -> str:
+    return f"global/start-{number:03d}.json"
+
+
 def site_files(site: str, number: int) -> str:
     return f"sites/{site}/round-{number:03d}"
 
@@ -41,3 +53,7 @@ def site_record(site: str, number: int) -> str:
 
 def site_eval(site: str, number: int) -> str:
     return f"sites/{site}/eval-{number:03d}.json"
+
+
+def site_failed(site: str, number: int) -> str:
+    return f"sites/{site}/failed-{number:03d}.json"

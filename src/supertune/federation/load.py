@@ -216,7 +216,6 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
 
 _NOT_YET = {
     "streamflow": ("transfer",),
-    "agents": ("aggregation.min_sites", "site_retries", "round_deadline", "benchmarks"),
 }
 """Settings an executor does not carry out yet: refused with it, the first one set named."""
 

@@ -12,6 +12,14 @@ It keeps its own directory (`--dir`, default runs/<federation>-<site>), laid out
 directory of one site: the global models it got, its runs, receipts and packages. Everything it puts
 on the exchange is checked there first (a record already there is a round done): a killed agent, run
 again, picks up where it was, and its training resumes from its latest checkpoint.
+
+With a quorum or a deadline the coordinator decides about late and failed sites (agents.py), and the
+agent follows: its training gets the round's deadline from the coordinator's start record (site
+clocks are assumed in step, as NTP keeps them) and is ended there; a training that failed every
+attempt (`site_retries` + 1) is reported (`sites/<site>/failed-NNN.json`) instead of ending the
+agent; a round decided without it (the global model's record names it, or its start record) is not
+trained, sent or evaluated, and the next round trains from the new global model; a round the
+coordinator starts again after stopping below its quorum (a new start record) is tried again.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from ..transfer.package import PACKAGE_MANIFEST
 from . import exchange_layout as names
 from .exchange_wait import wait_at_exchange
 from .layout import FederationDir
-from .receipts import read_receipt
+from .receipts import read_receipt, write_receipt
 from .schema import FederationConfig, SiteConfig
 
 __all__ = ["run_agent"]
@@ -84,6 +92,12 @@ class _Agent:
         self.fed, self.site, self.root, self.exchange = fed, site, root, exchange
         # the built-in executor of this one site trains its rounds, here or as its SLURM jobs
         self.local = dataclasses.replace(fed, sites=[site], executor="builtin", exchange=None)
+        if fed.aggregation.min_sites is not None or fed.round_deadline:
+            # The coordinator decides whether the round goes on without this site. A quorum of 0 here makes
+            # the local executor record a failure (left_out.json in this agent's folder of the round, its
+            # reason and attempts), which the agent reports, instead of raising it and ending the agent.
+            aggregation = dataclasses.replace(fed.aggregation, min_sites=0)
+            self.local = dataclasses.replace(self.local, aggregation=aggregation)
 
     def _resolve(self, base: Path) -> None:
         """The site's run config, resolved here: its own config, overrides and cluster profile, its data
@@ -107,24 +121,51 @@ class _Agent:
 
     def run(self) -> None:
         name = self.site.name
+        previous: Path | None = None
         for number in range(0, self.fed.rounds + 1):
-            model = self._global_model(number)
+            record = self._wait_for_global(number, previous)
+            model = self._global_model(number, record)
             if number == 0:
                 self._resolve(model)
-            if self.exchange.get_json(names.site_eval(name, number)) is None:
+            left_out = record.get("left_out") or {}
+            if name in left_out:
+                self._left_out_of(number, str(left_out[name]))
+            elif self.site.in_round(number) and self.exchange.get_json(names.site_eval(name, number)) is None:
                 self._evaluate(number, model)
             following = number + 1
             if following <= self.fed.rounds and self.site.in_round(following):
-                if self.exchange.get_json(names.site_record(name, following)) is None:
-                    self._train_and_send(following, model)
+                self._train_round(following, model)
+            previous = model
         log.info("site %s: the federation's %d rounds are done", name, self.fed.rounds)
 
-    def _global_model(self, number: int) -> Path:
-        record = wait_at_exchange(
-            lambda: self.exchange.get_json(names.global_record(number)),
-            self.fed.poll_seconds,
-            lambda: f"the global model of round {number} (site {self.site.name})",
+    def _wait_for_global(self, number: int, previous: Path | None) -> dict:
+        """The record of round `number`'s global model, once the coordinator has put it. Meanwhile, if this
+        site's training of the round failed and the coordinator starts the round again (it stopped below
+        its quorum and was run again), the site tries again."""
+
+        def ask() -> dict | None:
+            record = self.exchange.get_json(names.global_record(number))
+            if record is None and previous is not None and self._started_again(number):
+                self._train_round(number, previous)
+            return record
+
+        return wait_at_exchange(ask, self.fed.poll_seconds,
+                                lambda: f"the global model of round {number} (site {self.site.name})")  # fmt: skip
+
+    def _started_again(self, number: int) -> bool:
+        """This site failed round `number` and the coordinator has started the round again, with it."""
+        rd = self.root.round(number)
+        if read_receipt(rd.site(self.site.name).left_out) is None:
+            return False  # (a local file: the exchange is asked only after a failure)
+        start = self.exchange.get_json(names.round_start(number))
+        kept = read_receipt(rd.started) or {}
+        return (
+            start is not None
+            and start.get("unix") != kept.get("unix")
+            and self.site.name not in (start.get("left_out") or {})
         )
+
+    def _global_model(self, number: int, record: dict) -> Path:
         model = self.root.round(number).global_model
         files = record.get("files")
         if not isinstance(files, dict) or not files:
@@ -133,6 +174,49 @@ class _Agent:
             )
         self.exchange.get_tree(names.global_files(number), files, model)
         return model
+
+    def _left_out_of(self, number: int, reason: str) -> None:
+        """The coordinator averaged round `number` without this site: no evaluation of its global model
+        (as the built-in executor evaluates the sites that trained in a round); a package this site sent
+        anyway (after the decision) is set aside, so that its next change carries the residual of the
+        round that was averaged, as a site that sat the round out does."""
+        sd = self.root.round(number).site(self.site.name)
+        if sd.sent.is_dir() and not (sd.path / "sent-not-averaged").exists():
+            sd.sent.rename(sd.path / "sent-not-averaged")
+        log.warning("site %s: left out of round %d by the coordinator (%s); it trains the next round from round "
+                    "%d's global model", self.site.name, number, reason, number)  # fmt: skip
+
+    def _train_round(self, number: int, previous: Path) -> None:
+        """Train round `number` from `previous` and send the result, unless it was sent, the round was
+        decided without this site, or this start of the round has its failure reported already."""
+        name = self.site.name
+        if self.exchange.get_json(names.site_record(name, number)) is not None:
+            return
+        start = wait_at_exchange(
+            lambda: self.exchange.get_json(names.round_start(number)),
+            self.fed.poll_seconds,
+            lambda: f"the start of round {number} (site {name})",
+        )
+        if name in (start.get("left_out") or {}):
+            log.warning("site %s: left out of round %d before it trains (%s)", name, number, start["left_out"][name])
+            return
+        if self.exchange.get_json(names.global_record(number)) is not None:
+            log.warning("site %s: round %d was averaged without it; nothing is sent", name, number)
+            return
+        rd = self.root.round(number)
+        kept = read_receipt(rd.started)
+        if kept is None or kept.get("unix") != start.get("unix"):
+            if read_receipt(rd.site(name).left_out) is not None:
+                log.info("site %s: the coordinator started round %d again; trying again", name, number)
+                rd.site(name).left_out.unlink()
+            # the coordinator's start, so that the local executor ends the training at the round's deadline
+            write_receipt(
+                rd.started, {"round": number, "unix": start.get("unix"), "deadline_s": start.get("deadline_s")}
+            )
+        report = self.exchange.get_json(names.site_failed(name, number))
+        if report is not None and report.get("start") == start.get("unix"):
+            return
+        self._train_and_send(number, previous, start)
 
     def _evaluate(self, number: int, model: Path) -> None:
         from .builtin import BuiltinExecutor
@@ -161,7 +245,7 @@ class _Agent:
             },
         )
 
-    def _train_and_send(self, number: int, previous: Path) -> None:
+    def _train_and_send(self, number: int, previous: Path, start: dict) -> None:
         from .builtin import BuiltinExecutor
         from .rounds import RoundWork, site_training
         from .site_result import send_result
@@ -169,11 +253,20 @@ class _Agent:
         name = self.site.name
         rd = self.root.round(number)
         sd = rd.site(name)
-        if read_receipt(sd.trained) is None:
+        if read_receipt(sd.trained) is None and read_receipt(sd.left_out) is None:
             work = site_training(self.local, self.plan, self.root, number, previous, [])
             BuiltinExecutor(self.local).train(
                 RoundWork(number, previous, rd.global_model, rd.averaged, train=[work], trained={name: sd.trained})
             )
+        failed = read_receipt(sd.left_out)
+        if failed is not None:  # every attempt failed, or ran past the deadline: the coordinator decides
+            attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
+            report = {"round": number, "start": start.get("unix"), "reason": failed.get("reason"),
+                      "tries": failed.get("attempts"), "attempts": attempts}  # fmt: skip
+            self.exchange.put_json(names.site_failed(name, number), report)
+            log.warning("site %s round %d: %s; reported to the coordinator, which decides whether the round goes on "
+                        "without it", name, number, failed.get("reason"))  # fmt: skip
+            return
         trained = read_receipt(sd.trained)
         assert trained is not None
         package = send_result(self.local, self.root, number, name, trained["checkpoint"], previous)
