@@ -1,6 +1,7 @@
 """Bytes a site sends each round, and where the federation ends, with and without compressed changes.
 
     PYTHONPATH=src .venv/bin/python bench/transfer.py [--rounds 3] [--steps 20] [--arms model-fp32 ...]
+        [--seeds 42 1 2 ...]
 
 One federation of the embedded default (two sites, each on its own corpus, as `supertune federate`
 runs with no config) per arm, side by side in one run; the arms differ only in `transfer:`:
@@ -16,6 +17,11 @@ For each arm it reads the rounds' `averaged.json` (the weight bytes each site se
 table shows them) and `rounds.json` (the last round's global eval loss on every site), prints a
 table with each arm's bytes as a fraction of a bf16 model's and its mean final loss against
 model-fp32's, and writes bench/results/transfer.{json,md}. No test asserts any of it.
+
+With several `--seeds` every arm runs once per seed (`training.seed` of both sites: the order their
+data is drawn in, each round), and each arm's loss is compared with model-fp32's of the same seed:
+the final loss of 3 rounds of 20 steps of this tiny model moves by about 2 % with any change of its
+trajectory (a seed, or the rounding of what a round sent), so one seed cannot tell a 1 % effect.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ ARMS = {
 }
 
 
-def _federation(root: Path, transfer: dict, rounds: int, steps: int) -> Path:
+def _federation(root: Path, transfer: dict, rounds: int, steps: int, seed: int | None = None) -> Path:
     sys.path.insert(0, str(REPO / "src"))
     from supertune.federation.default import site_corpus
 
@@ -51,7 +57,8 @@ def _federation(root: Path, transfer: dict, rounds: int, steps: int) -> Path:
         sites.append({
             "name": name,
             "overrides": [f"data.train_files={train}", f"data.validation_files={validation}",
-                          "generate.max_new_tokens=0", "training.report_to=[]", "training.warmup_steps=0.1"],
+                          "generate.max_new_tokens=0", "training.report_to=[]", "training.warmup_steps=0.1",
+                          *([f"training.seed={seed}"] if seed is not None else [])],
             "steps_per_round": steps,
         })  # fmt: skip
     config = {
@@ -65,10 +72,10 @@ def _federation(root: Path, transfer: dict, rounds: int, steps: int) -> Path:
     return path
 
 
-def _arm(name: str, transfer: dict, work: Path, rounds: int, steps: int) -> dict:
-    root = work / name
+def _arm(name: str, transfer: dict, work: Path, rounds: int, steps: int, seed: int | None = None) -> dict:
+    root = work / (name if seed is None else f"{name}-seed{seed}")
     root.mkdir()
-    config = _federation(root, transfer, rounds, steps)
+    config = _federation(root, transfer, rounds, steps, seed)
     started = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "supertune", "federate", str(config), "--dir", str(root / "fed")],
@@ -88,6 +95,7 @@ def _arm(name: str, transfer: dict, work: Path, rounds: int, steps: int) -> dict
     per_round = [sum(b.values()) / len(b) for b in sent]
     return {
         "arm": name,
+        "seed": seed,
         "transfer": transfer,
         "bytes_per_site_round": sum(per_round) / len(per_round),
         "sent_bytes": sent,
@@ -102,34 +110,62 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="steps per round at each site")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
+                        help="training.seed of the sites, one federation per arm and seed (default: the config's, 42)")  # fmt: skip
     args = parser.parse_args()
+    seeds = args.seeds or [None]
     with tempfile.TemporaryDirectory(prefix="supertune-transfer-bench-") as tmp:
-        rows = [_arm(name, ARMS[name], Path(tmp), args.rounds, args.steps) for name in args.arms]
-    by = {r["arm"]: r for r in rows}
-    bf16 = by.get("delta-bf16", {}).get("bytes_per_site_round")
-    fp32 = by.get("model-fp32", {}).get("final_mean_loss")
+        runs = [
+            _arm(name, ARMS[name], Path(tmp), args.rounds, args.steps, seed) for seed in seeds for name in args.arms
+        ]
+    fp32 = {r["seed"]: r["final_mean_loss"] for r in runs if r["arm"] == "model-fp32"}
+    for r in runs:
+        r["loss_vs_fp32_model"] = r["final_mean_loss"] / fp32[r["seed"]] if r["seed"] in fp32 else None
+    rows = []
+    for name in args.arms:
+        mine = [r for r in runs if r["arm"] == name]
+        gaps = [r["loss_vs_fp32_model"] - 1 for r in mine if r["loss_vs_fp32_model"] is not None]
+        rows.append({
+            "arm": name,
+            "transfer": ARMS[name],
+            "bytes_per_site_round": sum(r["bytes_per_site_round"] for r in mine) / len(mine),
+            "final_mean_loss": sum(r["final_mean_loss"] for r in mine) / len(mine),
+            "loss_vs_fp32_model": 1 + sum(gaps) / len(gaps) if gaps else None,
+            "gap_range": [min(gaps), max(gaps)] if gaps else None,
+            "seconds": sum(r["seconds"] for r in mine),
+            "runs": mine,
+        })  # fmt: skip
+    bf16 = next((r["bytes_per_site_round"] for r in rows if r["arm"] == "delta-bf16"), None)
     for r in rows:
         r["bytes_vs_bf16_model"] = r["bytes_per_site_round"] / bf16 if bf16 else None
-        r["loss_vs_fp32_model"] = r["final_mean_loss"] / fp32 if fp32 else None
     command = "PYTHONPATH=src .venv/bin/python bench/transfer.py " + " ".join(sys.argv[1:])
     machine = {"python": platform.python_version(), "machine": platform.machine(), "cpus": __import__("os").cpu_count()}
+    said = "the sites' configured seed" if seeds == [None] else f"training.seed {', '.join(map(str, seeds))}"
     lines = [
         "# What a site sends per round",
         "",
         f"`{command.strip()}`: the embedded federation (2 sites, {args.rounds} rounds of {args.steps} steps), one run "
-        "per arm, side by side. Bytes: the weights file each site sent (averaged.json `sent_bytes`), mean over sites "
-        "and rounds. Loss: the last round's global eval loss, mean over the sites.",
+        f"per arm and seed ({said}), side by side. Bytes: the weights file each site sent (averaged.json `sent_bytes`), "
+        "mean over sites and rounds. Loss: the last round's global eval loss, mean over the sites (and the seeds); "
+        "vs fp32 model: the mean over the seeds of each seed's loss against model-fp32's of the same seed, "
+        "with the lowest and highest.",
         "",
-        "| arm | transfer | bytes/site/round | vs bf16 model | final loss | vs fp32 model | s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| arm | transfer | bytes/site/round | vs bf16 model | final loss | vs fp32 model | range over seeds | s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         ratio = f"{r['bytes_vs_bf16_model']:.1%}" if r["bytes_vs_bf16_model"] is not None else "-"
         loss = f"{(r['loss_vs_fp32_model'] - 1):+.2%}" if r["loss_vs_fp32_model"] is not None else "-"
+        spread = f"{r['gap_range'][0]:+.2%} .. {r['gap_range'][1]:+.2%}" if r["gap_range"] and len(seeds) > 1 else "-"
         lines.append(
             f"| {r['arm']} | {json.dumps(r['transfer']) if r['transfer'] else 'none'} | {r['bytes_per_site_round']:,.0f} | "
-            f"{ratio} | {r['final_mean_loss']:.4f} | {loss} | {r['seconds']:.0f} |"
+            f"{ratio} | {r['final_mean_loss']:.4f} | {loss} | {spread} | {r['seconds']:.0f} |"
         )
+    if len(seeds) > 1:
+        lines += ["", "| seed | " + " | ".join(args.arms) + " |", "| ---: |" + " ---: |" * len(args.arms)]
+        for seed in seeds:
+            losses = {r["arm"]: r["final_mean_loss"] for r in runs if r["seed"] == seed}
+            lines.append(f"| {seed} | " + " | ".join(f"{losses[a]:.4f}" for a in args.arms) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     results = BENCH / "results"
