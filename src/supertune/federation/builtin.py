@@ -171,7 +171,9 @@ class BuiltinExecutor:
             if until is not None and time.time() >= until:
                 wait = _deadline_text(self.fed)
                 if reason is None:
-                    reason = f"late: not started after {wait} (the sites on this machine train one after another)"
+                    local = sum(s.where == "local" for s in self.fed.sites)
+                    why = " (the sites on this machine train one after another)" if local > 1 else ""
+                    reason = f"late: not started after {wait}{why}"
                     log.warning("%s: %s; left for the quorum", w.label, reason)
                 return reason, attempt - 1
             try:
