@@ -26,6 +26,7 @@ __all__ = [
     "server_defaults",
     "federation_text",
     "login_parts",
+    "login_ssh_words",
     "plain_path",
     "SITE_NAME",
 ]
@@ -315,6 +316,19 @@ def login_parts(login: str) -> tuple[str | None, str, int | None] | None:
     if port is not None and not 0 < port < 65536:
         return None
     return m["user"], m["host"], port
+
+
+def login_ssh_words(login: str, key: str | None, connect_timeout: int | None = None) -> list[str]:
+    """ssh to a site's login node (`[user@]host[:port]`), for its commands there: scancel, squeue, a check."""
+    user, host, port = login_parts(login) or (None, login, None)
+    words = ["ssh", "-o", "BatchMode=yes"]
+    if connect_timeout:
+        words += ["-o", f"ConnectTimeout={connect_timeout}"]
+    if port:
+        words += ["-p", str(port)]
+    if key:
+        words += ["-i", key]
+    return [*words, f"{user}@{host}" if user else host]
 
 
 def plain_path(path: str) -> bool:

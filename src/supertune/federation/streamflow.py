@@ -36,12 +36,13 @@ from ..errors import UserError
 from .builtin import FederationError
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, slurm_service, streamflow_config
 from .layout import FederationDir
-from .load import login_parts, plain_path
+from .load import login_ssh_words, plain_path
 from .log_tail import log_tail
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork, site_config_file
 from .schema import FederationConfig, SiteConfig
 from .sites import SitePlan
+from .streamflow_outcomes import record_costs, training_outcomes
 
 __all__ = ["StreamFlowExecutor", "dry_run_documents", "streamflow_command", "TESTED_VERSION"]
 
@@ -83,14 +84,14 @@ class StreamFlowExecutor:
         code, offset, ended, _ = self._streamflow(work, places, files)
         if code != 0:
             self._keep_finished_training(work)
-            self._record_costs(work, places, ended, "failed: the round's streamflow run failed")
+            record_costs(self.fed, work, places, ended, "failed: the round's streamflow run failed")
             note = self._cancel_jobs(work, places, wait=False)
             raise FederationError(
                 f"round {n}: streamflow run failed (exit code {code}){_errors(files.log, offset)}{note}; the sites' own logs are in "
                 f"their round folders (train.log, evaluate.log); run the federation again to run what is left of round {n}"
             )
         self._record(work, files, places)
-        self._record_costs(work, places, ended, "")
+        record_costs(self.fed, work, places, ended, "")
 
     def _robust(self) -> bool:
         return bool(self.fed.aggregation.min_sites is not None or self.fed.site_retries or self.fed.round_deadline)
@@ -165,8 +166,8 @@ class StreamFlowExecutor:
             code, offset, ended, _ = self._streamflow(training, places, files, report_failure=True, until=until)
             late = _deadline_text(self.fed) if code is None else None
             interrupted = f"failed: the round's streamflow run failed (exit code {code})"
-            outcomes = self._training_outcomes(training, files, interrupted, late)
-            said = self._record_costs(training, places, ended, interrupted, outcomes, late)
+            outcomes = training_outcomes(training, files, interrupted, late)
+            said = record_costs(self.fed, training, places, ended, interrupted, outcomes, late)
             if code != 0:
                 if code is not None:
                     log.warning("round %d: streamflow run failed (exit code %s)%s", n, code, _errors(files.log, offset))
@@ -191,95 +192,6 @@ class StreamFlowExecutor:
                 log.warning(
                     "%s round %d: left out of the round (%s); it trains again in the next round", name, n, reason
                 )
-
-    def _training_outcomes(
-        self, work: RoundWork, files: RoundFiles, interrupted: str, late: str | None
-    ) -> dict[str, str | None]:
-        """Each train step's outcome after a training workflow: None for a finished training (its receipt
-        written, a checkpoint on this machine checked against its manifest), else the reason it did not
-        finish (the step's own report, or why it never reported)."""
-        from ..rundir import RunDir
-        from .phases import trained_record
-
-        outcomes: dict[str, str | None] = {}
-        for w in work.train:
-            assert w.receipt is not None
-            path = files.outdir / f"trained-{w.name}.json"
-            reported = _failure_reported(path)
-            if reported:
-                outcomes[w.name] = reported
-                continue
-            try:
-                record = read_receipt(path)
-            except UserError as exc:
-                outcomes[w.name] = f"refused: {str(exc)[:300]}"
-                continue
-            if not w.site.login:  # the run is on this machine: read here (the step may have been ended after it)
-                assert w.run is not None
-                if RunDir(w.run).summary.is_file():
-                    try:
-                        write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
-                        outcomes[w.name] = None
-                    except UserError as exc:
-                        said = str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
-                        outcomes[w.name] = f"refused: {said}"
-                    continue
-            elif record is not None and record.get("site") == w.name and record.get("round") == w.round:
-                write_receipt(w.receipt, record)
-                outcomes[w.name] = None
-                continue
-            outcomes[w.name] = f"late: running after {late}" if late else interrupted
-        return outcomes
-
-    def _record_costs(
-        self,
-        work: RoundWork,
-        places: dict[str, SitePlace],
-        ended: float,
-        interrupted: str,
-        outcomes: dict[str, str | None] | None = None,
-        late: str | None = None,
-    ) -> dict[str, str]:
-        """Every training attempt of a `streamflow run` in the site's cost.json (cost.py). A site on this
-        machine records its own (a step ended from outside is closed here: at `ended`, as `interrupted`
-        or late); a SLURM site's are its jobs of the round, found by their name (cwl.job_name) among
-        those Slurm's controller still keeps, with Slurm's own times (a job still queued or running is
-        being cancelled: it ends now). `outcomes`: the steps' own (None: finished). Returns the outcome
-        recorded now for each site (its latest job's, for a SLURM site)."""
-        from ..slurm.commands import job_state, named_jobs
-        from .builtin import _job_exit, late_job_reason
-        from .cost import end_running_attempts, record_attempt, slurm_attempt
-
-        said: dict[str, str] = {}
-        for w in work.train:
-            place = places[w.name]
-            path = w.directory / "cost.json"
-            if place.services is None:
-                outcome = f"late: running after {late}" if late else interrupted
-                if end_running_attempts(path, ended, outcome):
-                    said[w.name] = outcome
-                continue
-            via = _ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
-            name = job_name(self.fed, work.number, w.name, "train")
-            try:
-                for job in sorted(named_jobs(name, via, ended=True), key=lambda j: int(j) if j.isdigit() else 0):
-                    state = job_state(job, via)
-                    running = not state.finished
-                    if running and late:
-                        outcome = late_job_reason(state, late)
-                    elif running:
-                        outcome = interrupted
-                    elif outcomes is not None and w.name in outcomes:
-                        outcome = outcomes[w.name] or "finished"
-                    else:
-                        done = w.receipt is not None and read_receipt(w.receipt) is not None
-                        outcome = "finished" if done else f"failed: {_job_exit(state)}"
-                    record_attempt(path, slurm_attempt(job, state, outcome, cancelled=running))
-                    said[w.name] = outcome
-            except UserError as exc:  # its login node unreachable: the round goes on without these figures
-                log.warning("%s: the times of its SLURM jobs could not be read, its node-hours are not recorded: %s",
-                            w.label, exc)  # fmt: skip
-        return said
 
     def _documents(
         self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, report_failure: bool = False
@@ -316,7 +228,7 @@ class StreamFlowExecutor:
         remote = " ".join(
             shlex.quote(str(w)) for w in [site.python, *entry_words(SITE_TASK, ["check", "--site", site.name])]
         )
-        ssh = _ssh_words(site.login, self.fed.streamflow.ssh_key, connect_timeout=30)
+        ssh = login_ssh_words(site.login, self.fed.streamflow.ssh_key, connect_timeout=30)
         text = site_config_file(self.root, site.name).read_text(encoding="utf-8")
         log.info("site %s: checking its run config at %s", site.name, site.login)
         answer = run_captured([*ssh, remote], timeout=300, input=text)
@@ -490,7 +402,7 @@ class StreamFlowExecutor:
         for place in places.values():
             if place.services is None:
                 continue
-            via = _ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
+            via = login_ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
             for service in SERVICES:
                 name = job_name(self.fed, work.number, place.name, service)
                 try:
@@ -535,18 +447,6 @@ def _errors(log: Path, offset: int, limit: int = 4) -> str:
     return ":\n    " + "\n    ".join(found[:limit]) + f"\n  (StreamFlow's whole log: {log})"
 
 
-def _failure_reported(path: Path) -> str | None:
-    """The reason a train step reported for its failed training (site_task.train, report_failure), or None."""
-    import json
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    failed = data.get("failed") if isinstance(data, dict) else None
-    return str(failed)[:300] if failed else None
-
-
 def _output(files: RoundFiles, name: str, what: str) -> dict[str, Any]:
     path = files.outdir / name
     record = read_receipt(path)
@@ -580,19 +480,6 @@ def _local_env() -> dict[str, str]:
             raise UserError(f"{key}: {value!r} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
                             "(StreamFlow exports it in a shell command unquoted)")  # fmt: skip
     return env
-
-
-def _ssh_words(login: str, key: str | None, connect_timeout: int | None = None) -> list[str]:
-    """ssh to a site's login node, for scancel and squeue there."""
-    user, host, port = login_parts(login) or (None, login, None)
-    words = ["ssh", "-o", "BatchMode=yes"]
-    if connect_timeout:
-        words += ["-o", f"ConnectTimeout={connect_timeout}"]
-    if port:
-        words += ["-p", str(port)]
-    if key:
-        words += ["-i", key]
-    return [*words, f"{user}@{host}" if user else host]
 
 
 def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> dict[Path, str]:
