@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,7 @@ class GuardedTrainer(Trainer):
     loss_tokens: LossTokenCount
     _save_root: str | None = None
     _previous_bytes: int | None = None
+    _counted_parameters: tuple[Any, int] | None = None
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -242,18 +242,32 @@ class GuardedTrainer(Trainer):
         """
         return deferred_gradient_reduction(self.model)
 
+    # -- per-micro-batch accounting ----------------------------------------------------------------
+
+    def floating_point_ops(self, inputs: Any) -> int:
+        """The Trainer's estimate (6 x input tokens x parameters less the embeddings), the same number,
+        with the parameter count taken once: the Trainer's own walks every module and parameter of the
+        model at every micro-batch (0.3-0.4 ms each for the embedded 4-layer Llama on one CPU thread,
+        more for deeper models: bench/results/step_profile.md), and it cannot change while training."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        counted = self._counted_parameters
+        if counted is None or counted[0] is not self.model:
+            counted = self._counted_parameters = (self.model, self.model.num_parameters(exclude_embeddings=True))
+        return 6 * inputs[main_input].numel() * counted[1]
+
     # -- checks ----------------------------------------------------------------------------------
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
         self.loss_tokens.add(inputs)
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if not math.isfinite(float(loss)):
-            self.supertune.guard.note_nonfinite(self.state.global_step + 1, "the loss")
+        self.supertune.guard.watch_loss(loss)  # on the device; read once at the end of the optimizer step
         return loss
 
     def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
         grad_norm = super()._get_grad_norm(model, grad_norm)
         # With fp16 an infinite norm is the loss scaler's business (it skips the step and lowers the scale).
-        if grad_norm is not None and not self.args.fp16 and not math.isfinite(float(grad_norm)):
-            self.supertune.guard.note_nonfinite(self.state.global_step + 1, "the gradient norm")
+        if grad_norm is not None and not self.args.fp16:
+            self.supertune.guard.watch_gradient_norm(grad_norm)
         return grad_norm
