@@ -67,22 +67,41 @@ def run_once(mode: str, key: str, prepared, settings: BenchSettings, arm_dir: Pa
     return json.loads(out.read_text()), window.other_cores
 
 
+# A subclass's override of a Trainer method, timed whole, and the Trainer's own part inside it.
+OVERRIDES = {
+    "training_step": "forward + backward (Trainer.training_step)",
+    "_get_grad_norm": "gradient norm to the host (Trainer)",
+}
+WHOLE = " (whole, the Trainer's part included)"
+
+
 def per_step(runs: list[dict], last_timed: int) -> dict[str, tuple[float, float, float]]:
     """Median over the timed steps of all runs of each part's (wall ms, CPU ms, calls) per step; a part
-    absent from a step counts as 0 there."""
-    samples: dict[str, list[tuple[float, float, float]]] = {}
-    steps = [(run, str(s)) for run in runs for s in range(2, last_timed + 1)]
-    names = {n for run, s in steps for n in run["steps"].get(s, {})}
+    absent from a step counts as 0 there. An override's row is its own work: its whole time less the
+    Trainer method's inside it, step by step."""
+    steps = [run["steps"].get(str(s), {}) for run in runs for s in range(2, last_timed + 1)]
+    for parts in steps:
+        for name in [n for n in parts if n.endswith(WHOLE)]:
+            whole = parts.pop(name)
+            base = parts.get(OVERRIDES[name.removesuffix(WHOLE).rsplit(".", 1)[1]], [0.0, 0.0, 0])
+            own = f"{name.removesuffix(WHOLE)}: the override's own work"
+            parts[own] = [whole[0] - base[0], whole[1] - base[1], whole[2]]
+    names = {n for parts in steps for n in parts}
+    out = {}
     for name in names:
-        samples[name] = [tuple(run["steps"].get(s, {}).get(name, [0.0, 0.0, 0])) for run, s in steps]
-    return {
-        name: (
-            1e3 * statistics.median(v[0] for v in vals),
-            1e3 * statistics.median(v[1] for v in vals),
-            statistics.median(v[2] for v in vals),
+        values = [parts.get(name, [0.0, 0.0, 0]) for parts in steps]
+        out[name] = (
+            1e3 * statistics.median(v[0] for v in values),
+            1e3 * statistics.median(v[1] for v in values),
+            statistics.median(v[2] for v in values),
         )
-        for name, vals in samples.items()
-    }
+    return out
+
+
+def own_work(a: dict, c: dict) -> tuple[float, list[str]]:
+    """CPU ms per step of what only supertune runs: its callbacks and overrides (the parts (c) lacks)."""
+    names = [n for n in a if n not in c and (n.startswith("callback ") or "override" in n)]
+    return sum(a[n][1] for n in names), sorted(names)
 
 
 def top_functions(runs: list[dict], profiled: int, own: str | None = None, count: int = 12) -> list[tuple[str, float]]:
@@ -132,6 +151,7 @@ def main() -> int:
     parts = {mode: per_step(runs[mode], last_timed) for mode, _ in MODES}
     a, c = parts["supertune"], parts["clm"]
     step_a, step_c = a[STEP], c[STEP]
+    own_ms, _ = own_work(a, c)
     command = "python bench/step_profile.py " + " ".join(sys.argv[1:])
     md = [
         "# Where a training step goes: supertune vs the run_clm-style Trainer",
@@ -148,7 +168,10 @@ def main() -> int:
         "",
         *table(a, c),
         "",
-        f"- a/c step time, wall clock: {step_c[0] / step_a[0]:.3f}x tokens/s; CPU clock: {step_c[1] / step_a[1]:.3f}x",
+        f"- a/c tokens/s from the whole step's time, wall clock: {step_c[0] / step_a[0]:.3f}x; thread CPU clock: "
+        f"{step_c[1] / step_a[1]:.3f}x (whole step: a {step_a[1]:,.1f} CPU ms, c {step_c[1]:,.1f} CPU ms)",
+        f"- supertune's own per-step work (its callbacks and overrides, the rows (c) lacks): {own_ms:.2f} CPU ms "
+        f"a step, {100 * own_ms / step_a[1]:.3f} % of the step",
         "- A part's CPU time is its own thread's; with one torch thread that is the arithmetic too. The whole step's "
         "row is not the sum of the rows under it: callbacks run inside the bookkeeping row, the subclass's override "
         "rows contain the Trainer's, and what is not wrapped (zero_grad, the scheduler, the loop itself) is only in the "
