@@ -4,9 +4,10 @@
 
 Arms (each in its own fresh process, cold Hugging Face caches, offline, one process, same tiny
 Llama, same seed, same tokenizer, same AdamW settings, same batch and step count):
-  (a) supertune: the `supertune train` CLI, packing into 512-token blocks
+  (a) supertune: the `supertune train` CLI, packing into 512-token blocks, training.speed=plain
   (b) the tutorial recipe: every document padded/truncated to 512 (bench/baselines/padded_trainer.py)
   (c) the run_clm-style recipe: datasets.map tokenize + group into 512-token blocks (bench/baselines/clm_group_texts.py)
+  (d) supertune as (a) with training.speed=auto, the default (the exact speed-ups the CPU allows)
 
 See bench/README.md for what is measured and how; results go to bench/results/.
 """
@@ -66,7 +67,7 @@ def parse_args() -> argparse.Namespace:
         "--threads", type=int, default=None, help="torch threads per arm (default: torch's own, one per core)"
     )
     p.add_argument("--rounds", type=int, default=3, help="times each arm runs; the table shows medians")
-    p.add_argument("--arms", default="abc", help="which arms, e.g. 'ac'")
+    p.add_argument("--arms", default="abcd", help="which arms, e.g. 'ac'")
     p.add_argument(
         "--quiet-wait",
         type=float,

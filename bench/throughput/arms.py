@@ -34,7 +34,16 @@ class Arm:
     """Step records and (if the arm has its own) the end of step 1, read from the arm's directory."""
 
 
-def _supertune_argv(p: Prepared, s: BenchSettings, arm_dir: Path) -> list[str]:
+def _supertune_argv(speed: str) -> Callable[[Prepared, BenchSettings, Path], list[str]]:
+    """`supertune train` with training.speed=`speed`."""
+
+    def argv(p: Prepared, s: BenchSettings, arm_dir: Path) -> list[str]:
+        return _supertune_train(p, s, arm_dir) + [f"training.speed={speed}"]
+
+    return argv
+
+
+def _supertune_train(p: Prepared, s: BenchSettings, arm_dir: Path) -> list[str]:
     exe = Path(sys.executable).parent / "supertune"
     cli = [str(exe)] if exe.is_file() else [sys.executable, "-m", "supertune"]
     return cli + [
@@ -89,8 +98,8 @@ ARMS = {
     "a": Arm(
         "a",
         "supertune",
-        "`supertune train` CLI, packing (EOS between documents), block 512",
-        _supertune_argv,
+        "`supertune train` CLI, packing (EOS between documents), block 512, training.speed=plain (the same work as (c))",
+        _supertune_argv("plain"),
         _supertune_records,
     ),
     "b": Arm(
@@ -106,6 +115,13 @@ ARMS = {
         "Trainer, datasets.map tokenize + datasets.map group into 512-token blocks",
         _baseline_argv("clm_group_texts.py", "--block-size"),
         _baseline_records,
+    ),
+    "d": Arm(
+        "d",
+        "supertune auto",
+        "as (a), with training.speed=auto (the default: every exact speed-up the CPU allows)",
+        _supertune_argv("auto"),
+        _supertune_records,
     ),
 }
 

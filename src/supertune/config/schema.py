@@ -218,6 +218,10 @@ class TrainingConfig:
     """fp16 mixed precision (GPU only)."""
     torch_compile: bool = False
     """Compile the model with torch.compile."""
+    speed: Literal["auto", "plain"] = "auto"
+    """auto: every exact speed-up this device and run allow (the start of the run names them, summary.json's speed records them); plain: the model's own code as the Trainer runs it, for debugging."""
+    speed_skip: list[str] = field(default_factory=list)
+    """Speed-ups auto leaves out, by name: chunked_cross_entropy (the loss without the full logits)."""
     dataloader_num_workers: int = 0
     """Worker processes per data loader."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])

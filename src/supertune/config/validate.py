@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
 from .ranges import range_problems, seed_problems
 from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
+from .speed_pieces import SPEED_PIECES
 
 __all__ = ["validate", "validate_generate", "config_problems"]
 
@@ -357,6 +358,9 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
             p.append(
                 f"training.init_optimizer_from: needs distributed.strategy=ddp ({cfg.distributed.strategy} keeps its optimizer state in its own format)"
             )
+    for name in t.speed_skip:
+        if name not in SPEED_PIECES:
+            p.append(f"training.speed_skip: {name!r} is not a speed-up; name any of {', '.join(SPEED_PIECES)}")
     for sink in t.report_to:
         if sink not in REPORT_SINKS:
             p.append(

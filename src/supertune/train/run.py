@@ -15,6 +15,7 @@ from ..evaluation.generate import generate_reply, generate_text
 from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.model import build_model, context_length
+from ..modeling.speed import RunFacts, take_speedups
 from ..modeling.tokenizer import load_tokenizer
 from ..resolve.global_batch import fit_global_batch
 from ..rundir import RunDir, write_json_atomic
@@ -42,12 +43,15 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
     model = build_model(cfg.model, tokenizer, document_mask=cfg.data.packing and cfg.data.document_mask)
+    speed = take_speedups(model, cfg.training.speed, cfg.training.speed_skip, _run_facts(cfg))
+    if env.is_main:
+        log.info("%s", speed.line())
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     if cfg.evaluation.tasks and env.is_main:
         check_tasks(cfg.evaluation.tasks, "evaluation.tasks")  # a missing dataset now, not after the training
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
     try:
-        summary = _train_and_finish(cfg, run, model, trainer, guard, tokenizer, data, env, started)
+        summary = _train_and_finish(cfg, run, model, trainer, guard, tokenizer, data, env, started, speed.record())
     except BaseException:
         trainer.tracking.close("failed")
         raise
@@ -56,6 +60,12 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     else:
         trainer.tracking.close("finished", summary["train_steps"], summary)
     return summary
+
+
+def _run_facts(cfg: RunConfig) -> RunFacts:
+    import torch
+
+    return RunFacts(strategy=cfg.distributed.strategy, device="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _train_and_finish(
@@ -68,6 +78,7 @@ def _train_and_finish(
     data: Any,
     env: LaunchEnvironment,
     started: float,
+    speed: dict[str, Any],
 ) -> dict[str, Any]:
     """Train, evaluate, save and sample: the summary, or the stop record of a run stopped on request."""
     _log_plan(cfg, model, data, env.world_size, trainer.telemetry)
@@ -83,6 +94,7 @@ def _train_and_finish(
     fault_point("final.model", trainer.state.global_step, env.rank)
     summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resumed)
     summary["sharding"] = guard.report
+    summary["speed"] = speed  # training.speed: what was taken, and why the rest was left out
     if cfg.evaluation.tasks and env.is_main:
         summary["benchmarks"] = _benchmarks(cfg, run, trainer, tokenizer, env)
     sample = _sample(cfg, trainer, tokenizer, env)

@@ -1,0 +1,17 @@
+"""The speed-ups `training.speed: auto` may take, by name, and what each does.
+
+When each one can run and how it is applied live in supertune.modeling.speed, one record per name
+here (tests/test_speed.py holds the two tables to the same names); the config checks
+`training.speed_skip` against these names.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SPEED_PIECES"]
+
+SPEED_PIECES: dict[str, str] = {
+    "chunked_cross_entropy": (
+        "the output layer and the cross-entropy over chunks of rows, so that the full float32 logits "
+        "(batch x sequence x vocabulary) are never in memory; exact (ddp, Llama-like models)"
+    ),
+}

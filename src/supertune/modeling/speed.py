@@ -1,0 +1,86 @@
+"""training.speed: which exact speed-ups a run takes, decided once from the model, the strategy and the device.
+
+Each speed-up is a record of SPEEDUPS, named as in supertune.config.speed_pieces: why it cannot run
+in this run (None when it can) and how it is applied to the model. `auto` takes every one that can
+run here and is not named in training.speed_skip; `plain` takes none. The choice is said in one line
+at the start of the run and recorded in summary.json under `speed`, with the reason for each
+speed-up left out, so a run's speed can be explained from its own directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.speed_pieces import SPEED_PIECES
+from .chunked_loss import unfit_reason, use_chunked_loss
+
+__all__ = ["SPEEDUPS", "SpeedChoice", "Speedup", "RunFacts", "take_speedups"]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What decides whether a speed-up can run."""
+
+    strategy: str
+    """distributed.strategy"""
+    device: str
+    """"cuda" or "cpu": where the model trains."""
+
+
+@dataclass(frozen=True)
+class Speedup:
+    name: str
+    unavailable: Callable[[Any, RunFacts], str | None]
+    """Why it cannot run for this model and run, or None."""
+    apply: Callable[[Any], None]
+
+
+def _chunked_unavailable(model: Any, facts: RunFacts) -> str | None:
+    if facts.strategy != "ddp":
+        # ZeRO-3 and FSDP gather the output layer's weight in that layer's own forward, which the
+        # chunked loss does not call; the other ZeRO stages are left out until they are tested.
+        return f"distributed.strategy={facts.strategy}: runs under ddp only"
+    return unfit_reason(model)
+
+
+SPEEDUPS: dict[str, Speedup] = {
+    s.name: s for s in (Speedup("chunked_cross_entropy", _chunked_unavailable, use_chunked_loss),)
+}
+
+
+@dataclass
+class SpeedChoice:
+    mode: str
+    device: str
+    taken: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
+    """name -> why"""
+
+    def line(self) -> str:
+        taken = ", ".join(self.taken) or "none"
+        left = "; ".join(f"{name} ({why})" for name, why in self.left_out.items())
+        return f"speed: {self.mode} on {self.device.upper()}: {taken}" + (f"; left out: {left}" if left else "")
+
+    def record(self) -> dict[str, Any]:
+        return {"mode": self.mode, "device": self.device, "taken": list(self.taken), "left_out": dict(self.left_out)}
+
+
+def take_speedups(model: Any, mode: str, skip: list[str], facts: RunFacts) -> SpeedChoice:
+    """Apply to `model` every speed-up `mode` (training.speed) allows here, less those in `skip`."""
+    choice = SpeedChoice(mode, facts.device)
+    for name in SPEED_PIECES:
+        speedup = SPEEDUPS[name]
+        if mode == "plain":
+            why: str | None = "training.speed=plain"
+        elif name in skip:
+            why = "training.speed_skip"
+        else:
+            why = speedup.unavailable(model, facts)
+        if why is None:
+            speedup.apply(model)
+            choice.taken.append(name)
+        else:
+            choice.left_out[name] = why
+    return choice
