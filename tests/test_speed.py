@@ -49,13 +49,19 @@ def test_auto_trains_to_the_losses_of_plain_and_says_what_it_took(tmp_path):
     assert auto_summary["speed"] == {
         "mode": "auto",
         "device": "cpu",
-        "taken": ["chunked_cross_entropy"],
+        "taken": ["chunked_cross_entropy", "fused_adamw"],
         "left_out": {},
     }
     assert plain_summary["speed"]["taken"] == []
-    assert plain_summary["speed"]["left_out"] == {"chunked_cross_entropy": "training.speed=plain"}
-    assert "speed: auto on CPU: chunked_cross_entropy" in auto_log
-    assert "speed: plain on CPU: none; left out: chunked_cross_entropy (training.speed=plain)" in plain_log
+    assert plain_summary["speed"]["left_out"] == {
+        "chunked_cross_entropy": "training.speed=plain",
+        "fused_adamw": "training.speed=plain",
+    }
+    assert "speed: auto on CPU: chunked_cross_entropy, fused_adamw\n" in auto_log
+    assert (
+        "speed: plain on CPU: none; left out: chunked_cross_entropy (training.speed=plain); "
+        "fused_adamw (training.speed=plain)" in plain_log
+    )
 
 
 def test_what_auto_leaves_out_and_why():
@@ -66,18 +72,21 @@ def test_what_auto_leaves_out_and_why():
     )
     fsdp = take_speedups(llama, "auto", [], RunFacts("fsdp", "cpu"))
     assert fsdp.taken == [] and fsdp.left_out == {
-        "chunked_cross_entropy": "distributed.strategy=fsdp: runs under ddp only"
+        "chunked_cross_entropy": "distributed.strategy=fsdp: runs under ddp only",
+        "fused_adamw": "distributed.strategy=fsdp: runs under ddp only",
     }
-    assert "forward" not in vars(llama)  # nothing applied
-    skipped = take_speedups(llama, "auto", ["chunked_cross_entropy"], RunFacts("ddp", "cuda"))
+    assert "forward" not in vars(llama) and fsdp.trainer_arguments == {}  # nothing applied
+    skipped = take_speedups(llama, "auto", ["chunked_cross_entropy"], RunFacts("ddp", "cuda", "adamw_torch"))
     assert skipped.left_out == {"chunked_cross_entropy": "training.speed_skip"}
-    assert skipped.line() == "speed: auto on CUDA: none; left out: chunked_cross_entropy (training.speed_skip)"
+    assert skipped.trainer_arguments == {"optim": "adamw_torch_fused"}
+    assert skipped.line() == "speed: auto on CUDA: fused_adamw; left out: chunked_cross_entropy (training.speed_skip)"
+    sgd = take_speedups(llama, "auto", ["chunked_cross_entropy"], RunFacts("ddp", "cpu", "sgd"))
+    assert sgd.left_out["fused_adamw"] == "training.optim=sgd: replaces adamw_torch only"
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=32))
-    assert (
-        "model type 'gpt2'" in take_speedups(gpt2, "auto", [], RunFacts("ddp", "cpu")).left_out["chunked_cross_entropy"]
-    )
+    gpt2_choice = take_speedups(gpt2, "auto", [], RunFacts("ddp", "cpu"))
+    assert "model type 'gpt2'" in gpt2_choice.left_out["chunked_cross_entropy"] and gpt2_choice.taken == ["fused_adamw"]
     taken = take_speedups(llama, "auto", [], RunFacts("ddp", "cpu"))
-    assert taken.taken == ["chunked_cross_entropy"] and "forward" in vars(llama)
+    assert taken.taken == ["chunked_cross_entropy", "fused_adamw"] and "forward" in vars(llama)
 
 
 def test_every_speed_up_the_config_names_has_its_record():
@@ -88,7 +97,7 @@ def test_an_unknown_name_in_speed_skip_is_one_line_naming_the_choices():
     with pytest.raises(ConfigError) as err:
         build_run_config({"training": {"speed_skip": ["chunked_crossentropy"]}})
     assert str(err.value) == (
-        "training.speed_skip: 'chunked_crossentropy' is not a speed-up; name any of chunked_cross_entropy"
+        "training.speed_skip: 'chunked_crossentropy' is not a speed-up; name any of chunked_cross_entropy, fused_adamw"
     )
     bad = subprocess.run(
         [sys.executable, "-m", "supertune", "config", "show", "training.speed=fast"], capture_output=True, text=True

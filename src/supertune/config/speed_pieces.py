@@ -14,4 +14,5 @@ SPEED_PIECES: dict[str, str] = {
         "the output layer and the cross-entropy over chunks of rows, so that the full float32 logits "
         "(batch x sequence x vocabulary) are never in memory; exact (ddp, Llama-like models)"
     ),
+    "fused_adamw": "training.optim adamw_torch as one fused kernel (adamw_torch_fused) on CPU and CUDA (ddp)",
 }

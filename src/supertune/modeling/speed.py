@@ -1,7 +1,8 @@
 """training.speed: which exact speed-ups a run takes, decided once from the model, the strategy and the device.
 
 Each speed-up is a record of SPEEDUPS, named as in supertune.config.speed_pieces: why it cannot run
-in this run (None when it can) and how it is applied to the model. `auto` takes every one that can
+in this run (None when it can) and how it is applied: to the model, or as TrainingArguments keywords
+the Trainer is built with (SpeedChoice.trainer_arguments). `auto` takes every one that can
 run here and is not named in training.speed_skip; `plain` takes none. The choice is said in one line
 at the start of the run and recorded in summary.json under `speed`, with the reason for each
 speed-up left out, so a run's speed can be explained from its own directory.
@@ -27,6 +28,8 @@ class RunFacts:
     """distributed.strategy"""
     device: str
     """"cuda" or "cpu": where the model trains."""
+    optim: str = "adamw_torch"
+    """training.optim"""
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class Speedup:
     name: str
     unavailable: Callable[[Any, RunFacts], str | None]
     """Why it cannot run for this model and run, or None."""
-    apply: Callable[[Any], None]
+    apply: Callable[[Any, dict[str, Any]], None]
+    """Applies it: to the model, or into the TrainingArguments keywords (the dict)."""
 
 
 def _chunked_unavailable(model: Any, facts: RunFacts) -> str | None:
@@ -45,8 +49,27 @@ def _chunked_unavailable(model: Any, facts: RunFacts) -> str | None:
     return unfit_reason(model)
 
 
+def _fused_adamw_unavailable(model: Any, facts: RunFacts) -> str | None:
+    if facts.optim != "adamw_torch":
+        return f"training.optim={facts.optim}: replaces adamw_torch only"
+    if facts.strategy != "ddp":
+        # DeepSpeed steps its own optimizer; FSDP's DTensor parameters are left out until tested.
+        return f"distributed.strategy={facts.strategy}: runs under ddp only"
+    return None
+
+
 SPEEDUPS: dict[str, Speedup] = {
-    s.name: s for s in (Speedup("chunked_cross_entropy", _chunked_unavailable, use_chunked_loss),)
+    s.name: s
+    for s in (
+        Speedup("chunked_cross_entropy", _chunked_unavailable, lambda model, arguments: use_chunked_loss(model)),
+        # The same AdamW update in one kernel over all parameters instead of a loop of kernels per
+        # parameter group (torch.optim.AdamW(fused=True), on CPU as on CUDA).
+        Speedup(
+            "fused_adamw",
+            _fused_adamw_unavailable,
+            lambda model, arguments: arguments.update(optim="adamw_torch_fused"),
+        ),
+    )
 }
 
 
@@ -57,6 +80,8 @@ class SpeedChoice:
     taken: list[str] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
     """name -> why"""
+    trainer_arguments: dict[str, Any] = field(default_factory=dict)
+    """TrainingArguments keywords the speed-ups taken set (over the run config's)."""
 
     def line(self) -> str:
         taken = ", ".join(self.taken) or "none"
@@ -79,7 +104,7 @@ def take_speedups(model: Any, mode: str, skip: list[str], facts: RunFacts) -> Sp
         else:
             why = speedup.unavailable(model, facts)
         if why is None:
-            speedup.apply(model)
+            speedup.apply(model, choice.trainer_arguments)
             choice.taken.append(name)
         else:
             choice.left_out[name] = why

@@ -49,7 +49,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
     if cfg.evaluation.tasks and env.is_main:
         check_tasks(cfg.evaluation.tasks, "evaluation.tasks")  # a missing dataset now, not after the training
-    trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env)
+    trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env, speed.trainer_arguments)
     try:
         summary = _train_and_finish(cfg, run, model, trainer, guard, tokenizer, data, env, started, speed.record())
     except BaseException:
@@ -65,7 +65,8 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
 def _run_facts(cfg: RunConfig) -> RunFacts:
     import torch
 
-    return RunFacts(strategy=cfg.distributed.strategy, device="cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return RunFacts(strategy=cfg.distributed.strategy, device=device, optim=cfg.training.optim)
 
 
 def _train_and_finish(

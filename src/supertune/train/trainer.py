@@ -45,12 +45,19 @@ def global_batch(cfg: RunConfig, world_size: int) -> int:
 
 
 def build_trainer(
-    cfg: RunConfig, run: RunDir, model: Any, tokenizer: Any, data: TrainingData, env: LaunchEnvironment
+    cfg: RunConfig,
+    run: RunDir,
+    model: Any,
+    tokenizer: Any,
+    data: TrainingData,
+    env: LaunchEnvironment,
+    speed_arguments: dict[str, Any] | None = None,
 ) -> tuple[Any, StrategyGuard]:
     """The Trainer (its RunGuard, which stops the run on request or on a NaN, is trainer.supertune.guard),
     and the guard that checks (when training begins) that the model is wrapped as distributed.strategy asks.
     trainer.telemetry measures throughput and MFU (supertune.telemetry); trainer.tracking logs to
-    W&B and MLflow (supertune.tracking), and run_training closes it."""
+    W&B and MLflow (supertune.tracking), and run_training closes it. `speed_arguments`: the
+    TrainingArguments keywords of training.speed's speed-ups (supertune.modeling.speed)."""
     from transformers import default_data_collator
 
     layout = CheckpointDir(run.checkpoints)
@@ -84,7 +91,7 @@ def build_trainer(
             problem,
         )
     shard_for_strategy(cfg, model, env)
-    args = training_arguments(cfg, run, strategy_arguments(cfg, run, env))
+    args = training_arguments(cfg, run, {**strategy_arguments(cfg, run, env), **(speed_arguments or {})})
     after_training_arguments(cfg, env)
     trainer = GuardedTrainer(
         model=model,
