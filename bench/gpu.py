@@ -57,6 +57,7 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
         ("fsdp-full", lambda: c.fsdp("full", "bf16", bf16=True)),
         ("fsdp-shard_grad_op", lambda: c.fsdp("shard_grad_op", "fp16", bf16=False)),
         ("throughput", lambda: c.throughput_supertune()),
+        ("throughput-plain", lambda: c.throughput_supertune("plain")),
         ("plain-fp32", lambda: c.throughput_plain(bf16=False)),
         ("zero2", lambda: c.zero(2, "none")),
         ("resume", lambda: c.resume()),

@@ -316,16 +316,22 @@ class Checklist:
             "generate.max_new_tokens=0",
         ]
 
-    def throughput_supertune(self) -> None:
-        variant = "supertune: packing, bf16, sdpa, fused AdamW"
+    def throughput_supertune(self, speed: str = "auto") -> None:
+        """supertune's arm; training.speed=auto (the default) is the one the other arms compare with."""
+        variant = f"supertune: packing, bf16, sdpa, fused AdamW, training.speed={speed}"
         if self._skip("throughput", variant, 90):
             return
-        done, run_dir = self.runner.train("throughput-supertune", self._throughput_overrides("sdpa"), cap=420)
+        overrides = [*self._throughput_overrides("sdpa"), f"training.speed={speed}"]
+        done, run_dir = self.runner.train(f"throughput-supertune-{speed}", overrides, cap=420)
         s = summary(run_dir)
         s = {**s, "parameters": _logged_parameters(done)} if s else s
-        self.throughput_runs["supertune"] = s
+        self.throughput_runs["supertune" if speed == "auto" else f"supertune-{speed}"] = s
         figures = _throughput_figures(s)
         figures["parameters"] = s.get("parameters")
+        figures["speed-ups taken"] = ", ".join((s.get("speed") or {}).get("taken", [])) or "none"
+        auto = self.throughput_runs.get("supertune", {})
+        if speed != "auto" and s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
+            figures["auto / this tokens/s"] = auto["throughput_tokens_per_s"] / s["throughput_tokens_per_s"]
         figures["wall s"] = round(done.seconds, 1)
         self._add_run("throughput", variant, done, bool(s), figures)
 
