@@ -15,7 +15,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -368,16 +367,17 @@ def test_sbatch_header_values_follow_sbatchs_own_reading() -> None:
 
 HEAVY = ("torch", "transformers", "accelerate", "deepspeed", "datasets", "numpy")
 PROBE = """
-import json, sys, time
-t0 = time.perf_counter()
+import json, sys
 from supertune.cli.main import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:
     code = exc.code
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(%r))
-sys.stderr.write("PROBE " + json.dumps({"code": code, "heavy": heavy, "seconds": time.perf_counter() - t0}) + "\\n")
+sys.stderr.write("PROBE " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
 """ % (HEAVY,)  # noqa: UP031 (the probe's own source is full of braces)
+"""What keeps --help and --dry-run instant is what they do not import, checked here; no time is asserted
+(a loaded machine would fail it)."""
 
 
 def _supertune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -386,18 +386,16 @@ def _supertune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _probe(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object], float]:
-    t0 = time.perf_counter()
+def _probe(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
-    wall = time.perf_counter() - t0
     line = [x for x in proc.stderr.splitlines() if x.startswith("PROBE ")][-1]
-    return proc, json.loads(line[len("PROBE ") :]), wall
+    return proc, json.loads(line[len("PROBE ") :])
 
 
 def test_dry_run_prints_only_the_script_without_torch(tmp_path: Path) -> None:
     # What keeps it fast (about 0.2 s) is what it does not import: torch, transformers, datasets.
     run_dir = tmp_path / "run"
-    proc, probe, _ = _probe(
+    proc, probe = _probe(
         ["submit", "--dry-run", "--run-dir", str(run_dir), "--nodes", "2", "--launcher", "deepspeed"], tmp_path
     )
     assert probe["code"] == 0 and probe["heavy"] == [], probe
@@ -407,6 +405,6 @@ def test_dry_run_prints_only_the_script_without_torch(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["submit", "status", "logs", "cancel"])
 def test_help_is_without_torch(command: str, tmp_path: Path) -> None:
-    proc, probe, _ = _probe([command, "--help"], tmp_path)
+    proc, probe = _probe([command, "--help"], tmp_path)
     assert probe["code"] == 0 and probe["heavy"] == [], probe
     assert proc.stdout.startswith(f"usage: supertune {command}")
