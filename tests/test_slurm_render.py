@@ -159,6 +159,46 @@ def _base_job(**changes: object) -> JobSpec:
     return dataclasses.replace(job, **changes)
 
 
+def test_each_job_says_what_it_is() -> None:
+    """A run's job, the benchmarks of a saved model and a federated site's evaluation all render through
+    render_sbatch: each script's first lines say which of them it is and where it comes from."""
+    from supertune.benchmarks.job import BenchmarkJob, benchmark_job
+    from supertune.federation.site_jobs import evaluation_job
+
+    cfg = resolve_run_config(None, ["launch.cluster=local", "output.name=r"], trains=False)
+    profile = ClusterProfile()
+    bench = BenchmarkJob("/runs/r/model", ("supertune_corpus",), None, 8, "auto")
+    heads = {
+        kind: render_sbatch(job, profile).splitlines()[1:3]
+        for kind, job in (
+            ("run", _base_job(run_dir="/runs/r")),
+            ("benchmarks", benchmark_job(cfg, profile, Path("/runs/r/benchmarks-job"), bench, "python3")),
+            (
+                "evaluation",
+                evaluation_job(cfg, profile, Path("/fed/round-002/leo/evaluate"), "leo-eval", ("a", "b", "c")),
+            ),
+        )
+    }
+    assert heads == {
+        "run": [
+            "# Job script of the supertune run in /runs/r.",
+            "# Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
+        ],
+        "benchmarks": [
+            "# Job script of the benchmarks of a saved model (supertune eval MODEL --tasks ... --submit), with its logs in "
+            "/runs/r/benchmarks-job.",
+            "# Rendered from the model's run config and the command's options; render it again (the same command "
+            "with --dry-run) rather than edit it.",
+        ],
+        "evaluation": [
+            "# Job script of a federated site's evaluation of the round's global model (supertune federate), in "
+            "/fed/round-002/leo/evaluate.",
+            "# Rendered by the federation from the site's run config, again for every round: change the site's "
+            "config, not this file.",
+        ],
+    }
+
+
 @pytest.mark.parametrize(
     ("field", "changes"),
     [
