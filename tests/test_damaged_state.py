@@ -48,6 +48,11 @@ METRICS_DAMAGE = [
     (_line({k: v for k, v in METRIC.items() if k != "step"}), "record 1 is damaged (no step)"),
     (_line({**METRIC, "loss": "high"}), "record 1 is damaged (loss is 'high', not a number)"),
     (_line({**METRIC, "step": 1.5}), "record 1 is damaged (step is 1.5, not a whole number)"),
+    (_line({**METRIC, "step": -1}), "record 1 is damaged (step is -1, not a whole number of at least 0)"),
+    (
+        _line({**METRIC, "throughput_tokens_per_s": -9.0}),
+        "record 1 is damaged (throughput_tokens_per_s is -9.0, not a number of at least 0)",
+    ),
 ]
 SUMMARY_DAMAGE = [
     (_line({**SUMMARY, "eval_loss": "2.0"}), "is damaged (eval_loss is '2.0', not a number)"),

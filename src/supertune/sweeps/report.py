@@ -81,8 +81,13 @@ _MEASURED = (
     "tokens_seen",
     "num_input_tokens_seen",
 )
-METRIC_FIELDS = {"step": Field("int"), **{name: Field("number", required=False, null=True) for name in _MEASURED}}
-"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not measured)."""
+METRIC_FIELDS = {
+    "step": Field("int", least=0),
+    **{name: Field("number", required=False, null=True) for name in ("loss", "eval_loss")},
+    **{name: Field("number", required=False, null=True, least=0) for name in _MEASURED if "loss" not in name},
+}
+"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not
+measured); a negative step, learning rate, throughput, MFU or token count is damage."""
 
 
 TRAINING_FIELDS = {
