@@ -158,3 +158,22 @@ def test_a_run_refuses_a_tmpdir_compilers_cannot_write_into(tmp_path: Path, monk
         "the rest of the node)"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+def test_every_training_process_refuses_such_a_tmpdir(tmp_path: Path) -> None:
+    """A job's processes check their own node (TMPDIR is the node's, not the submitting machine's)
+    before they read the run: the same line, exit code 2."""
+    env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune.entry", "train-worker", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"supertune: error: tmpdir: TMPDIR={str(tmp_path / 'missing')!r} does not exist: compilers")
+    )
