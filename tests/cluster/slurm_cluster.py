@@ -163,12 +163,15 @@ class SlurmCluster:
         listed = self.run("squeue", "--noheader", "--format=%i").stdout.split()
         if not listed:
             return []
-        self.run("scancel", f"--user={pwd.getpwuid(os.getuid()).pw_name}")
+        user = pwd.getpwuid(os.getuid()).pw_name
         deadline = time.monotonic() + timeout
+        # Again while any is listed: a job that submits its successor (a site agent's chain of links)
+        # may do so while it is being cancelled.
         while left := self.run("squeue", "--noheader", "--format=%i %T").stdout.strip():
             if time.monotonic() > deadline:
                 raise SlurmError(f"jobs still listed {timeout:.0f} s after scancel:\n{left}\n{self.log_tail()}")
-            time.sleep(0.2)
+            self.run("scancel", f"--user={user}")
+            time.sleep(0.5)
         return listed
 
     def log_tail(self, lines: int = 15) -> str:
