@@ -8,6 +8,10 @@
 #   SUPERTUNE_TORCH=BUILD  cpu, or a PyTorch wheel index such as cu126, cu128, rocm6.4; auto (the
 #                          default): the build for the GPU driver this machine shows, else cpu.
 #                          Login nodes usually have no GPUs: name the compute nodes' build there.
+#   SUPERTUNE_STREAMFLOW=1|0  whether to make .venv-streamflow too (StreamFlow, for federations with
+#                          executor: streamflow); default: 1 when this script is run (bash
+#                          scripts/env.sh) or sourced by scripts/test.sh, 0 when sourced by
+#                          scripts/train-default.sh, whose run never uses it
 #   bash scripts/env.sh --print    the build chosen, why, and the pip commands; nothing is run
 set -euo pipefail
 
@@ -20,6 +24,14 @@ PRINT_ONLY=0
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = "--print" ]; then
   PRINT_ONLY=1  # run as a script (not sourced by test.sh or train-default.sh, whose arguments are not ours)
 fi
+# Run as a script, it makes everything; sourced, only what the sourcing script asks for.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  STREAMFLOW="${SUPERTUNE_STREAMFLOW:-1}"
+else
+  STREAMFLOW="${SUPERTUNE_STREAMFLOW:-0}"
+fi
+SF_VENV="${SUPERTUNE_STREAMFLOW_VENV:-$ROOT/.venv-streamflow}"
+sf_pin="$(grep -oE '"streamflow==[^"]+"' "$ROOT/pyproject.toml" | tr -d '"')"
 
 "$PYTHON" - <<'PY' || { echo "supertune needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
 import sys
@@ -95,6 +107,10 @@ if [ "$PRINT_ONLY" = 1 ]; then
   echo "supertune: PyTorch build $torch_build ($torch_why); venv $VENV"
   echo "$PYTHON -m venv $VENV"
   printf '%s\n' "${install_commands[@]}"
+  if [ "$STREAMFLOW" != 0 ] && [ -n "$sf_pin" ]; then
+    echo "$PYTHON -m venv $SF_VENV"
+    echo "$SF_VENV/bin/python -m pip install $sf_pin"
+  fi
   exit 0
 fi
 
@@ -160,10 +176,9 @@ fi
 # its dependencies (cwl-utils, asyncssh, kubernetes clients, ...) stay out of the training stack.
 # The version is the pin of pyproject.toml's `streamflow` extra. It is not put on PATH (its python
 # would shadow supertune's); the federation finds <repo>/.venv-streamflow/bin/streamflow by itself.
-# SUPERTUNE_STREAMFLOW=0 skips it (a machine that never runs a federation through StreamFlow).
-if [ "${SUPERTUNE_STREAMFLOW:-1}" != "0" ]; then
-  SF_VENV="${SUPERTUNE_STREAMFLOW_VENV:-$ROOT/.venv-streamflow}"
-  sf_pin="$(grep -oE '"streamflow==[^"]+"' "$ROOT/pyproject.toml" | tr -d '"')"
+# Made only where asked (STREAMFLOW above): it takes about as long as the training stack, and the
+# default run never uses it.
+if [ "$STREAMFLOW" != "0" ]; then
   sf_stamp="$SF_VENV/.supertune-installed"
   if [ -n "$sf_pin" ] && { [ ! -f "$sf_stamp" ] || [ "$(cat "$sf_stamp")" != "$sf_pin" ]; }; then
     echo "supertune: preparing $SF_VENV ($sf_pin)" >&2

@@ -2,6 +2,8 @@
 # The whole test suite, on CPU and offline: make the environment, then run pytest.
 # Extra arguments go to pytest (e.g. -k config; -n 0 runs every test in this one process).
 set -euo pipefail
+# The StreamFlow federation tests need .venv-streamflow: env.sh makes it when asked.
+SUPERTUNE_STREAMFLOW="${SUPERTUNE_STREAMFLOW:-1}"
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 # The Slurm tests start a real test cluster (tests/cluster), the exchange tests an sshd; their packages come from Debian's.

@@ -74,17 +74,6 @@ def repo() -> Path:
     return REPO
 
 
-@pytest.fixture()
-def fresh_log_handlers():
-    """An in-process `train` (logging.basicConfig) leaves a root handler on the stderr pytest captured
-    for that test and has closed since; a later record sent there prints "--- Logging error ---"."""
-    root = logging.getLogger()
-    saved = root.handlers[:]
-    root.handlers = []
-    yield
-    root.handlers = saved
-
-
 @pytest.fixture(autouse=True)
 def library_log_handlers_outlive_captures():
     """transformers, huggingface_hub and datasets each give their library's root logger a

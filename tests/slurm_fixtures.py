@@ -92,6 +92,20 @@ def slurm_multi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClust
     yield from _cluster("multi", tmp_path_factory)
 
 
+@pytest.fixture(autouse=True)
+def slurm_jobs_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that uses a test cluster, passed or failed, every job still on that cluster is
+    cancelled and gone before the next test starts: a job that one test leaves behind (its wait timed
+    out, an assertion stopped it before its own scancel) would otherwise hold the node's CPUs, and the
+    next tests' jobs would wait PENDING until their own timeouts. The clusters live for the session;
+    their jobs live for one test (a module fixture that submits jobs waits for them itself)."""
+    clusters = [request.getfixturevalue(name) for name in SLURM_FIXTURES if name in request.fixturenames]
+    yield
+    for cluster in clusters:
+        if cluster.running:
+            cluster.cancel_all()
+
+
 @pytest.fixture
 def slurm_client(slurm_single: SlurmCluster, tmp_path: Path) -> dict[str, str]:
     """The environment of a user of the single-node cluster, with the shipped local profile (not the tester's own)."""

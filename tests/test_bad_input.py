@@ -18,8 +18,6 @@ from average_models import save_model
 from supertune.checkpoints.manifest import MODEL_MANIFEST_FILE, write_model_manifest
 from supertune.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))

@@ -23,8 +23,6 @@ from supertune.checkpoints.manifest import write_model_manifest
 from supertune.cli.main import main
 from supertune.resolve.layers import leaf_keys
 
-pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-
 # What an error line starts with: a dotted key (model.lora.r, training.seed), an override or a file
 # named by its kind, a command-line option, or the MODEL argument.
 SUBJECT = re.compile(

@@ -22,8 +22,6 @@ from supertune.conversations.encoding import encode_rows
 from supertune.conversations.template import attach_chat_template
 from supertune.errors import UserError
 
-pytestmark = pytest.mark.usefixtures("fresh_log_handlers")
-
 
 @pytest.fixture(scope="module")
 def base_tokenizer() -> Path:

@@ -48,17 +48,43 @@ METRICS_DAMAGE = [
     (_line({k: v for k, v in METRIC.items() if k != "step"}), "record 1 is damaged (no step)"),
     (_line({**METRIC, "loss": "high"}), "record 1 is damaged (loss is 'high', not a number)"),
     (_line({**METRIC, "step": 1.5}), "record 1 is damaged (step is 1.5, not a whole number)"),
+    (_line({**METRIC, "step": -1}), "record 1 is damaged (step is -1, not a whole number of at least 0)"),
+    (
+        _line({**METRIC, "throughput_tokens_per_s": -9.0}),
+        "record 1 is damaged (throughput_tokens_per_s is -9.0, not a number of at least 0)",
+    ),
 ]
 SUMMARY_DAMAGE = [
     (_line({**SUMMARY, "eval_loss": "2.0"}), "is damaged (eval_loss is '2.0', not a number)"),
     (_line({**SUMMARY, "world_size": "two"}), "is damaged (world_size is 'two', not a whole number)"),
     (b"[1]", "is a JSON list, not an object"),
+    (_line({**SUMMARY, "world_size": 0}), "is damaged (world_size is 0, not a whole number of at least 1)"),
+    (_line({**SUMMARY, "nodes": 0}), "is damaged (nodes is 0, not a whole number of at least 1)"),
+    (_line({**SUMMARY, "train_tokens": -1024}), "is damaged (train_tokens is -1024, not a whole number of at least 0)"),
+    (_line({**SUMMARY, "mfu": -0.5}), "is damaged (mfu is -0.5, not a number of at least 0)"),
+]
+CONFIG_DAMAGE = [
+    (b"training:\n  - per_device_train_batch_size: 4\n", "is damaged (training is a list, not a mapping of settings)"),
+    (b"training: 4\n", "is damaged (training is a number, not a mapping of settings)"),
+    (b"training:\n", "is damaged (training is empty, not a mapping of settings)"),
+    (
+        b"training:\n  per_device_train_batch_size: four\n",
+        "is damaged (training.per_device_train_batch_size is 'four', not a whole number)",
+    ),
+    (
+        b"training:\n  gradient_accumulation_steps: 0\n",
+        "is damaged (training.gradient_accumulation_steps is 0, not a whole number of at least 1)",
+    ),
 ]
 SWEEP_DAMAGE = [
     (_line({**SWEEP, "runs": {"devices-1": SWEEP_RUN}}), "runs is {"),
     (_line({**SWEEP, "runs": [{k: v for k, v in SWEEP_RUN.items() if k != "devices"}]}), "runs[0]: no devices"),
     (_line({**SWEEP, "runs": [{**SWEEP_RUN, "job_id": "--me"}]}), "runs[0]: job_id is '--me', not a job id"),
     (_line({**SWEEP, "overrides": [1]}), "overrides holds a value that is not text"),
+    (
+        _line({**SWEEP, "runs": [{**SWEEP_RUN, "devices": 0}]}),
+        "runs[0]: devices is 0, not a whole number of at least 1",
+    ),
     (_line({**SWEEP, "extra": 1}), "a field supertune does not write: extra"),
     (_line([SWEEP]), "a JSON array, not an object"),
     (b"\xc3\x28", "not UTF-8 text at byte 0"),
@@ -69,6 +95,7 @@ CASES = (
     + [("report", "metrics.jsonl", data, how) for data, how in METRICS_DAMAGE]
     + [("report", "summary.json", data, how) for data, how in SUMMARY_DAMAGE]
     + [("report", "sweep.json", data, how) for data, how in SWEEP_DAMAGE]
+    + [("report", "config.yaml", data, how) for data, how in CONFIG_DAMAGE]
 )
 
 
@@ -159,4 +186,38 @@ def test_scontrol_answering_garbage_is_one_line(tmp_path: Path, capsys, monkeypa
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
         "supertune: error: scontrol show job 12: Slurm answered Restarts='lots', not a number; check Slurm with `scontrol ping`"
+    ]
+
+
+def test_scontrol_answering_bytes_that_are_not_utf8(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Bytes that are not UTF-8 in scontrol's answer are read, not a UnicodeDecodeError: in a field
+    that is only shown (the reason) they show as U+FFFD; in the job state, which decides what happens
+    to the job, they are one line naming the field and the value."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    run = _run_dir(tmp_path / "run")
+    scontrol.write_bytes(b"#!/bin/sh\nprintf 'JobId=12 JobState=PENDING Reason=Pri\\377rity Restarts=0\\n'\n")
+    scontrol.chmod(0o755)
+    assert main(["status", str(run)]) == 0, capsys.readouterr().err
+    assert "Pri\ufffdrity" in capsys.readouterr().out
+    scontrol.write_bytes(b"#!/bin/sh\nprintf 'JobId=12 JobState=RUNN\\377ING Restarts=0\\n'\n")
+    assert main(["status", str(run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "supertune: error: scontrol show job 12: Slurm answered JobState='RUNN\ufffdING', not a job state; "
+        "check Slurm with `scontrol ping`"
+    ]
+
+
+def test_evaluating_a_runs_model_with_a_damaged_config_is_one_line(tmp_path: Path, capsys) -> None:
+    """`supertune eval` takes the data and the seed of the model's run from its config.yaml: a section
+    that is not a mapping is refused naming the file, before any model is loaded."""
+    run = _run_dir(tmp_path / "run")
+    (run / "model").mkdir()
+    (run / "config.yaml").write_text("data: {}\ntraining:\n  - seed: 1\n")
+    assert main(["eval", str(run / "model")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"supertune: error: {run}/config.yaml: is damaged (training is a list, not a mapping of settings); "
+        "supertune writes it when a run starts: restore it, or copy the model out of the run"
     ]

@@ -16,6 +16,7 @@ import pytest
 from supertune.doctor import CHECK_NAMES
 from supertune.doctor.gpus import bf16_support, check_gpu_visibility, check_gpus, check_nccl
 from supertune.doctor.job import check_rendezvous, check_slurm
+from supertune.doctor.nccl_settings import check_nccl_debug, check_nccl_ib_hca
 from supertune.doctor.network import (
     check_fabric,
     check_gloo_socket_ifname,
@@ -35,7 +36,14 @@ from supertune.doctor.probe import GpuDevice, GpuHardware, IbPort, NetInterface,
 from supertune.doctor.report import format_text, merge_elsewhere, report_document
 from supertune.doctor.result import CheckResult
 from supertune.doctor.software import check_packages, check_python, check_torch_build
-from supertune.doctor.storage import check_free_space, check_hf_cache, check_offline, check_scratch, hf_paths
+from supertune.doctor.storage import (
+    check_free_space,
+    check_hf_cache,
+    check_offline,
+    check_scratch,
+    check_tmpdir,
+    hf_paths,
+)
 from supertune.launch.environment import launch_environment, slurm_allocation
 
 # --- crafted nodes -------------------------------------------------------------------------------
@@ -139,6 +147,33 @@ def test_nccl_socket_ifname_unset_or_unused():
     assert short.verdict == "warn" and "NCCL ignores it" in short.evidence
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("^all", "excludes 'all', which is no interface of this node"),
+        (",,", "names no interface at all (an empty list)"),
+        ("ib0,ethh", "names 'ethh', which is no interface of this node"),
+        ("^dokcer,lo", "excludes 'dokcer', which is no interface of this node"),
+        ("=eth0,=ib0", "names '=ib0', which is no interface of this node"),
+    ],
+)
+def test_nccl_socket_ifname_naming_no_interface_warns(value, said):
+    """A list entry that names no interface of the node (a typo, another site's name, an empty list)
+    selects nothing and excludes nothing: NCCL runs on what is left, without a word."""
+    result = check_nccl_socket_ifname({"NCCL_SOCKET_IFNAME": value}, GPU_NODE, 1, nccl_used=True)
+    assert result.verdict == "warn", result
+    assert result.evidence.startswith(f"NCCL_SOCKET_IFNAME={value!r} {said}")
+    assert (
+        "interfaces: lo, eth0, eth1 (no address), ib0, docker0" in result.evidence and "NCCL uses " in result.evidence
+    )
+    assert "NCCL_SOCKET_IFNAME=ib0" in result.fix and "unset it" in result.fix
+
+
+def test_nccl_socket_ifname_naming_only_the_nodes_interfaces_is_ok():
+    for value in ("ib", "ib0,eth0", "^docker,lo", "=ib0,eth0", "^=docker0,lo"):
+        assert check_nccl_socket_ifname({"NCCL_SOCKET_IFNAME": value}, GPU_NODE, 2, True).verdict == "ok", value
+
+
 def test_gloo_socket_ifname_takes_exact_names():
     resolve = _resolver({"node1": ["10.1.0.5"]})
     prefix = check_gloo_socket_ifname({"GLOO_SOCKET_IFNAME": "eth"}, GPU_NODE, "node1", resolve, 2)
@@ -193,6 +228,59 @@ def test_fabric_slingshot_needs_the_network_plugin(tmp_path):
     plugins = find_net_plugins({"LD_LIBRARY_PATH": f"/nonexistent:{tmp_path}"}, extra_dirs=())
     assert plugins == [str(tmp_path / "librccl-net.so")]
     assert check_fabric([], ["cxi0"], [LO, HSN0], {}, plugins, ROCM_TORCH).verdict == "ok"
+
+
+def test_nccl_ib_hca_naming_no_device_warns():
+    env = {"NCCL_IB_HCA": "mlx5_0"}
+    assert check_nccl_ib_hca({}, [ACTIVE]).verdict == "n/a"
+    none = check_nccl_ib_hca(env, [])
+    assert none.verdict == "warn"
+    assert none.evidence.startswith(
+        "NCCL_IB_HCA='mlx5_0' names RDMA devices, but this node has none (/sys/class/infiniband"
+    )
+    assert "unset it" in none.fix
+    two = [ACTIVE, IbPort("mlx5_1", 1, "ACTIVE")]
+    typo = check_nccl_ib_hca({"NCCL_IB_HCA": "mlx5_0,mxl5_1"}, two)
+    assert typo.verdict == "warn"
+    assert typo.evidence == (
+        "NCCL_IB_HCA='mlx5_0,mxl5_1' names 'mxl5_1', which is no device (port) of this node; devices: "
+        "mlx5_0:1 (ACTIVE), mlx5_1:1 (ACTIVE): NCCL uses mlx5_0:1"
+    )
+    assert "NCCL_IB_HCA=mlx5_0" in typo.fix
+    port = check_nccl_ib_hca({"NCCL_IB_HCA": "mlx5_0:2"}, two)
+    assert port.verdict == "warn" and "names 'mlx5_0:2'" in port.evidence and "uses TCP sockets" in port.evidence
+    excluded = check_nccl_ib_hca({"NCCL_IB_HCA": "^mlx5"}, two)
+    assert excluded.verdict == "warn" and "excludes every device of this node" in excluded.evidence
+    assert check_nccl_ib_hca({"NCCL_IB_HCA": ",,"}, two).verdict == "warn"
+    good = check_nccl_ib_hca({"NCCL_IB_HCA": "=mlx5_1:1"}, two)
+    assert good.verdict == "ok" and good.evidence == "NCCL_IB_HCA==mlx5_1:1: NCCL uses mlx5_1:1"
+
+
+def test_read_ib_ports_of_a_node_without_infiniband(tmp_path):
+    """No /sys/class/infiniband (a node without RDMA devices) reads as no port, which the check names."""
+    from supertune.doctor.probe import read_ib_ports
+
+    assert read_ib_ports(tmp_path / "infiniband") == []
+    port = tmp_path / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    assert read_ib_ports(tmp_path / "infiniband") == [IbPort("mlx5_0", 1, "ACTIVE", "InfiniBand", "")]
+
+
+def test_nccl_debug_is_one_of_the_levels():
+    assert check_nccl_debug({}, CUDA_TORCH).verdict == "n/a"
+    for value in ("INFO", "warn", "Version", "TRACE"):
+        assert check_nccl_debug({"NCCL_DEBUG": value}, CPU_TORCH).verdict == "ok", value
+    for value in ("VERBOSE", "1", "", "INFO,WARN"):
+        result = check_nccl_debug({"NCCL_DEBUG": value}, CUDA_TORCH)
+        assert result.verdict == "warn", value
+        assert result.evidence == (
+            f"NCCL_DEBUG={value!r} is not one of NCCL's levels (VERSION, WARN, INFO, TRACE): NCCL ignores it and prints nothing"
+        )
+        assert "NCCL_DEBUG=INFO" in result.fix and "unset it" in result.fix
+    # RCCL documents two more.
+    assert check_nccl_debug({"NCCL_DEBUG": "ERROR"}, ROCM_TORCH).verdict == "ok"
+    assert check_nccl_debug({"NCCL_DEBUG": "ERROR"}, CUDA_TORCH).verdict == "warn"
 
 
 # --- GPUs -----------------------------------------------------------------------------------------
@@ -303,6 +391,7 @@ def test_slurm_allocation_counts_gpus_from_any_variable():
     assert slurm_allocation({"SLURM_JOB_ID": "1", "SLURM_GPUS_ON_NODE": "8"}).gpus_on_node == 8
     assert slurm_allocation({"SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}).gpus_on_node == 2
     assert slurm_allocation({"SLURM_JOB_ID": "1", "SLURM_GPUS_PER_NODE": "a100:4"}).gpus_on_node == 4
+    assert slurm_allocation({"SLURM_JOB_ID": "1", "SLURM_GPUS_PER_NODE": "gpu:a100:2,v100:1"}).gpus_on_node == 3
     assert slurm_allocation({"SLURM_JOB_ID": "1"}).gpus_on_node is None
 
 
@@ -393,6 +482,22 @@ def test_read_only_scratch_fails(tmp_path):
     assert f"run directory {ro / 'runs'}: NOT writable" in result.evidence and "cannot create a file" in result.evidence
     assert f"temporary files {tmp_path}: writable" in result.evidence
     assert "--run-dir" in result.fix
+
+
+def test_tmpdir_missing_a_file_or_read_only_fails(tmp_path):
+    """Python's tempfile passes over such a TMPDIR silently; compilers and mktemp do not."""
+    (tmp_path / "afile").write_text("x")
+    for value, found in ((tmp_path / "missing", "does not exist"), (tmp_path / "afile", "is a file, not a directory")):
+        result = check_tmpdir({"TMPDIR": str(value)})
+        assert result.verdict == "fail"
+        assert result.evidence.startswith(f"TMPDIR={str(value)!r} {found}: compilers")
+        assert result.fix == "point TMPDIR at a writable directory (node-local scratch; mkdir -p it first), or unset it"
+    with _mounted("1m", read_only=True) as ro:
+        result = check_tmpdir({"TMPDIR": str(ro)})
+    assert result.verdict == "fail"
+    assert result.evidence.startswith(f"TMPDIR={str(ro)!r} is not writable (cannot create a file: ")
+    assert check_tmpdir({"TMPDIR": str(tmp_path)}).verdict == "ok"
+    assert check_tmpdir({}).verdict == "ok"
 
 
 def test_writable_scratch_passes(tmp_path):
@@ -512,6 +617,35 @@ def test_doctor_json_reports_every_check():
     assert [c["name"] for c in doc["checks"]] == list(CHECK_NAMES)
     assert all(c["verdict"] in ("ok", "n/a", "warn") for c in doc["checks"])
     assert doc["comm"] is None and doc["exit_code"] == 0
+
+
+def test_doctor_names_each_hostile_variable(tmp_path):
+    """Variables that NCCL, compilers or Slurm read without a word, end to end: one line each naming
+    the variable, its value and the fix; a read-only or missing TMPDIR fails the node."""
+    env = {
+        "NCCL_SOCKET_IFNAME": "^all",
+        "NCCL_IB_HCA": "mlx5_9",
+        "NCCL_DEBUG": "VERBOSE",
+        "TMPDIR": str(tmp_path / "missing"),
+    }
+    proc = _doctor("--json", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    expected = {
+        "nccl-socket-ifname": ("warn", "NCCL_SOCKET_IFNAME='^all' excludes 'all'"),
+        "nccl-debug": ("warn", "NCCL_DEBUG='VERBOSE' is not one of NCCL's levels"),
+        "tmpdir": ("fail", f"TMPDIR={str(tmp_path / 'missing')!r} does not exist"),
+    }
+    if not Path("/sys/class/infiniband").exists():
+        expected["nccl-ib-hca"] = ("warn", "NCCL_IB_HCA='mlx5_9' names RDMA devices, but this node has none")
+    for name, (verdict, said) in expected.items():
+        assert checks[name]["verdict"] == verdict and checks[name]["evidence"].startswith(said), checks[name]
+        assert checks[name]["fix"]
+    garbage = _doctor(env={"SLURM_JOB_ID": "77", "SLURM_GPUS_PER_NODE": "gpu:garbage"})
+    assert garbage.returncode == 2 and garbage.stderr.strip().splitlines() == [
+        "supertune: error: SLURM_GPUS_PER_NODE='gpu:garbage' in the environment is not a GPU count per node such as "
+        '"4" or "a100:4"; Slurm (sbatch, salloc and srun) sets it: unset it, or start supertune through that launcher'
+    ]
 
 
 def test_doctor_refuses_a_gpu_job_that_torch_cannot_see():

@@ -209,3 +209,60 @@ def test_the_venv_never_goes_among_other_files(repo: Path, tmp_path: Path) -> No
     )
     proc = _print(repo, tmp_path, SUPERTUNE_VENV="venvs/st")
     assert proc.returncode == 0 and f"; venv {tmp_path}/venvs/st\n" in proc.stdout
+
+
+def test_print_names_the_streamflow_venv_unless_skipped(repo: Path, tmp_path: Path) -> None:
+    """`bash scripts/env.sh` makes StreamFlow's venv too (a federation machine's whole environment);
+    SUPERTUNE_STREAMFLOW=0 leaves it out."""
+    proc = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu", SUPERTUNE_STREAMFLOW_VENV="/project/sf")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "python3 -m venv /project/sf",
+        "/project/sf/bin/python -m pip install streamflow==0.2.0rc3",
+    ]
+    skipped = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu", SUPERTUNE_STREAMFLOW="0")
+    assert "streamflow" not in skipped.stdout
+
+
+def _made_here(venv: Path, repo: Path) -> str | None:
+    """The PyTorch build scripts/env.sh recorded in `venv`'s stamp for this checkout's pins, or None when
+    the venv was not made by it for them (then sourcing env.sh would install into it)."""
+    import hashlib
+
+    stamp = venv / ".supertune-installed"
+    if not stamp.is_file():
+        return None
+    pins = (repo / "src" / "supertune" / "pinned-requirements.txt").read_bytes() + (
+        repo / "pyproject.toml"
+    ).read_bytes()
+    for build in ("cpu", "cu126", "cu128", "cu130", "rocm6.4"):
+        if hashlib.sha256(pins + f"{build}\n".encode()).hexdigest() == stamp.read_text().strip():
+            return build
+    return None
+
+
+def test_the_default_run_does_not_make_the_streamflow_venv(repo: Path, tmp_path: Path) -> None:
+    """`bash scripts/train-default.sh` makes what its run needs and nothing else: not StreamFlow's venv,
+    which takes about as long as the training stack and which only a StreamFlow federation uses (the
+    test command, scripts/test.sh, asks for it). Run against this test's own venv, which env.sh
+    reuses as it is (its stamp matches), with --help as the run."""
+    import sys
+
+    venv = Path(sys.prefix)
+    build = _made_here(venv, repo)
+    if build is None:
+        pytest.skip(f"{venv} was not made by scripts/env.sh for these pins: sourcing env.sh would install into it")
+    sf = tmp_path / "sf-venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_")}
+    env.update(SUPERTUNE_VENV=str(venv), SUPERTUNE_TORCH=build, SUPERTUNE_STREAMFLOW_VENV=str(sf))
+    proc = subprocess.run(
+        ["bash", str(repo / "scripts" / "train-default.sh"), "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: supertune train")
+    assert not sf.exists(), proc.stderr

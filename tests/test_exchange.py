@@ -227,3 +227,20 @@ def test_agents_settings_are_checked_with_the_federation(tmp_path):
                                 "sites": [{"name": "a", "config": "a.yaml", "where": "leonardo"}, {"name": "b"}]}))  # fmt: skip
     fed, _ = load_federation(path)
     assert fed.sites[0].config == "a.yaml"
+
+
+def test_an_ssh_host_that_prints_text_of_its_own_is_refused_by_name(tmp_path, ssh_server, monkeypatch):
+    """What ssh brings back is checked like any input: a login message printed before every command's
+    output (a shell's startup file on the exchange host) is not a size or a sha256, and is named."""
+    chatty = tmp_path / "chatty-ssh"
+    chatty.write_text(f'#!/bin/sh\necho "Welcome to the exchange host"\nexec {ssh_server.ssh} "$@"\n')
+    chatty.chmod(0o755)
+    monkeypatch.setenv("SUPERTUNE_SSH", str(chatty))
+    _random_file(tmp_path / "model", MB)
+    url = f"{ssh_server.url}{tmp_path / 'exchange'}"
+    with Exchange(parse_exchange(url), backoff=0.01) as exchange, pytest.raises(UserError) as caught:
+        exchange.put_file(tmp_path / "model", "model")
+    assert str(caught.value) == (
+        f"exchange {url}: `wc -c` answered 'Welcome to the exchange host', not a size in bytes: the host prints "
+        "text of its own on a command's output (a message from a shell's startup file?); `ssh HOST true` must print nothing"
+    )

@@ -3,8 +3,6 @@ printed, and nothing written or started."""
 
 from __future__ import annotations
 
-import transformers  # noqa: F401  # its log handler binds sys.stderr when first imported: not a test's capture
-
 from supertune.cli.main import main
 
 FEDERATION = """\

@@ -8,8 +8,6 @@ the attention scores 4 x S x heads x head_dim per layer; training is 3x that for
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from supertune.telemetry.flops import FORMULA, UnsupportedModel, architecture, flop_count, model_matmul_weights
@@ -322,26 +320,30 @@ def test_mfu_divides_per_device_flops_by_one_device_peak():
 
 
 def test_the_step_clock_splits_data_wait_from_compute():
+    """On a clock the test advances itself, so that the figures are exact however loaded the machine
+    is: each step waits 0.03 s for data and computes 0.06 s; 0.2 s of logging and saving between steps
+    is no step's time."""
     from types import SimpleNamespace
 
     from supertune.telemetry.callback import StepClock
 
-    clock, state = StepClock(), SimpleNamespace(num_input_tokens_seen=0)
+    now = [100.0]
+    clock, state = StepClock(clock=lambda: now[0]), SimpleNamespace(num_input_tokens_seen=0)
     clock.on_train_begin(None, state, None)
     for _ in range(3):
-        time.sleep(0.03)  # the Trainer fetching the step's batches
+        now[0] += 0.03  # the Trainer fetching the step's batches
         clock.on_step_begin(None, state, None)
-        time.sleep(0.06)  # forward, backward, optimizer
+        now[0] += 0.06  # forward, backward, optimizer
         state.num_input_tokens_seen += 100
         clock.on_step_end(None, state, None)
         clock.on_log(None, state, None)
-        time.sleep(0.2)  # logging, evaluation, saving: no step's time
+        now[0] += 0.2  # logging, evaluation, saving: no step's time
         clock.on_save(None, state, None)
     window = clock.take_window()
     assert window.steps == 3 and window.tokens == 300
-    assert 0.25 <= window.wait_s / window.seconds <= 0.45, window  # 1/3 of each step waited for data
-    assert window.seconds < 0.6  # the 0.6 s of bookkeeping is left out
-    assert clock.run_window().steps == 2  # the run's figures leave the first (warm-up) step out
+    assert window.seconds == pytest.approx(0.27) and window.wait_s == pytest.approx(0.09)  # 1/3 waited for data
+    run = clock.run_window()  # the run's figures leave the first (warm-up) step out
+    assert run.steps == 2 and run.seconds == pytest.approx(0.18) and run.tokens == 200
 
 
 def test_a_gpu_run_names_its_peak_and_warns_once_above_100_percent(caplog):

@@ -21,6 +21,8 @@ STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}
 # (variables, the variable the error names, who sets it)
 GARBAGE = [
     ({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "abc"}, "SLURM_GPUS_ON_NODE='abc'", "Slurm"),
+    ({"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "gpu:garbage"}, "SLURM_GPUS_PER_NODE='gpu:garbage'", "Slurm"),
+    ({"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "a100:2,v100:"}, "SLURM_GPUS_PER_NODE='a100:2,v100:'", "Slurm"),
     ({**STEP, "SLURM_PROCID": "x"}, "SLURM_PROCID='x'", "Slurm"),
     ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'", "torchrun"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0'", "torchrun"),
@@ -142,3 +144,36 @@ def test_a_huge_shard_count_is_refused_or_rendered_without_a_list(tmp_path: Path
     proc = prepare(4_000_001)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --array=0-4000000\n" in proc.stdout
+
+
+def test_a_run_refuses_a_tmpdir_compilers_cannot_write_into(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The doctor's tmpdir check before the run starts: one line naming TMPDIR, its value and the fix,
+    and no run directory left behind."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    assert main(["train", "training.max_steps=1", f"output.runs_root={tmp_path / 'runs'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"supertune: error: tmpdir: TMPDIR={str(tmp_path / 'missing')!r} does not exist: compilers (Triton's and "
+        "DeepSpeed's kernel builds) and tools such as mktemp cannot create their temporary files there; fix: point "
+        "TMPDIR at a writable directory (node-local scratch; mkdir -p it first), or unset it (supertune doctor checks "
+        "the rest of the node)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_training_process_refuses_such_a_tmpdir(tmp_path: Path) -> None:
+    """A job's processes check their own node (TMPDIR is the node's, not the submitting machine's)
+    before they read the run: the same line, exit code 2."""
+    env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "supertune.entry", "train-worker", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"supertune: error: tmpdir: TMPDIR={str(tmp_path / 'missing')!r} does not exist: compilers")
+    )

@@ -17,7 +17,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import transformers  # noqa: F401  # its log handler binds sys.stderr when first imported: not a test's capture
 
 import supertune
 from average_models import save_model

@@ -330,7 +330,7 @@ def test_a_dead_rank_ends_the_run_within_the_timeout(tmp_path):
         "2",
         *SETTINGS,
         "training.max_steps=400",
-        "training.ddp_timeout=60",
+        "training.ddp_timeout=1800",  # a run waiting for it would meet communicate's timeout first
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -339,15 +339,15 @@ def test_a_dead_rank_ends_the_run_within_the_timeout(tmp_path):
         assert len(torchrun) == 1
         workers = subprocess.run(["pgrep", "-P", torchrun[0]], capture_output=True, text=True).stdout.split()
         assert len(workers) == 2
-        killed_at = time.time()
         os.kill(int(workers[-1]), signal.SIGKILL)
-        out, _ = proc.communicate(timeout=90)
-        took = time.time() - killed_at
+        out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode not in (0, REQUEUE), out
-    assert took < 60, f"the run took {took:.0f} s to end after a rank died"
+    # Ended by the dead rank, not by the collective timeout: torchrun names the killed rank, and no
+    # process waited its ddp_timeout out (gloo would say "Timed out waiting ...").
+    assert re.search(r"training processes failed \(.*rank \d exit -9", out) and "Timed out" not in out, out[-3000:]
     assert not subprocess.run(["pgrep", "-f", f"supertune.entry train-worker {run}"], capture_output=True).stdout
 
 

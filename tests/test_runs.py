@@ -136,16 +136,25 @@ def slurm_env(slurm_client: dict[str, str], tmp_path: Path, monkeypatch: pytest.
 
 
 def test_the_wait_loop_hands_back_each_job_as_it_ends(slurm_single, slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """A job is handed back as soon as it has ended, while another still runs. The slow job cannot end
+    before the failing one has been handed back: it waits for a gate that is opened only then. So the
+    order holds however loaded the machine is, and a loop that handed the jobs back only once all had
+    ended would meet the slow job's own limit (it then ends FAILED) instead."""
+    import shlex
+
     from supertune.runs.wait import wait_for_jobs
 
-    slow = slurm_single.sbatch(None, "--wrap", "sleep 4", f"--output={tmp_path}/slow.out")
+    gate = tmp_path / "gate"
+    wait_for_gate = f"for i in $(seq 600); do [ -e {shlex.quote(str(gate))} ] && exit 0; sleep 0.5; done; exit 1"
     failing = slurm_single.sbatch(None, "--wrap", "exit 3", f"--output={tmp_path}/failing.out")
+    slow = slurm_single.sbatch(None, "--wrap", wait_for_gate, f"--output={tmp_path}/slow.out")
     seen: list[tuple[str, str]] = []
-    ended = list(
-        wait_for_jobs(
-            {"slow": str(slow), "failing": str(failing)}, 1, lambda key, state: seen.append((key, state.state))
-        )
+    waiting = wait_for_jobs(
+        {"slow": str(slow), "failing": str(failing)}, 1, lambda key, state: seen.append((key, state.state))
     )
+    first = next(waiting)
+    gate.touch()
+    ended = [first, *waiting]
     assert [(key, state.state) for key, state in ended] == [("failing", "FAILED"), ("slow", "COMPLETED")]
     assert ("failing", "FAILED") in seen and ("slow", "COMPLETED") in seen
     assert len(seen) == len(set(seen))  # each state a job is in is heard once

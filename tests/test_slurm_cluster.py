@@ -106,3 +106,34 @@ srun {sys.executable} {tmp_path / "allreduce.py"}
     state = slurm_multi.wait(job, timeout=150)
     assert state == "COMPLETED", out.read_text()
     assert _lines(out) == ["rank 0/2 on node1: sum 3", "rank 1/2 on node2: sum 3"]
+
+
+# The two tests below run in this order (a file's tests run in order, on one pytest worker): the first
+# leaves a running job and a queued one behind, as a test stopped by a failed assertion or a timed-out
+# wait does; the second starts on an empty queue only because tests/slurm_fixtures.py cancelled them.
+_LEFT_BEHIND: list[int] = []
+
+
+# Like a link of a site agent's chain, the running job submits its successor when it is told to end.
+_CHAIN_LINK = "trap 'sbatch --job-name=successor --cpus-per-task=2 --wrap \"sleep 600\"; exit 0' TERM; sleep 600 & wait"
+
+
+def test_a_test_may_end_with_its_jobs_still_queued(slurm_single: SlurmCluster) -> None:
+    # Two jobs of both CPUs each: one runs, the other waits for it.
+    _LEFT_BEHIND[:] = [
+        slurm_single.sbatch(None, "--cpus-per-task=2", "--wrap", wrap) for wrap in (_CHAIN_LINK, "sleep 600")
+    ]
+    assert slurm_single.wait(_LEFT_BEHIND[0], states=("RUNNING",)) == "RUNNING"
+    assert slurm_single.job_state(_LEFT_BEHIND[1]) == "PENDING"
+
+
+def test_the_next_test_starts_on_an_empty_queue(slurm_single: SlurmCluster) -> None:
+    if not _LEFT_BEHIND:
+        pytest.skip("runs after test_a_test_may_end_with_its_jobs_still_queued (run the file, not this test alone)")
+    assert slurm_single.run("squeue", "--noheader").stdout == ""
+    assert {slurm_single.job_state(job) for job in _LEFT_BEHIND} == {"CANCELLED"}
+    jobs = slurm_single.run("scontrol", "-o", "show", "job").stdout.splitlines()
+    successors = [line for line in jobs if "JobName=successor " in line]
+    assert successors and all("JobState=CANCELLED " in line for line in successors), successors
+    job = slurm_single.sbatch(None, "--cpus-per-task=2", "--wrap", "true")
+    assert slurm_single.wait(job, timeout=60) == "COMPLETED"  # the node's CPUs are free again

@@ -6,7 +6,6 @@ directories are made on every node by the job script."""
 from __future__ import annotations
 
 import pytest
-import transformers  # noqa: F401  # its log handler binds sys.stderr when first imported: not a test's capture
 
 from supertune.cli.main import main
 from supertune.runs.submit_checks import installed_torch_build

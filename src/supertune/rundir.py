@@ -26,16 +26,19 @@ LOG_DIR = "logs"
 
 
 SUMMARY_FIELDS = {
-    **{name: Field("int", required=False) for name in ("train_steps", "train_tokens", "world_size", "nodes", "eval_tokens")},
+    **{name: Field("int", required=False, least=1) for name in ("world_size", "nodes")},
+    **{name: Field("int", required=False, least=0) for name in ("train_steps", "train_tokens", "eval_tokens")},
+    **{name: Field("number", required=False, null=True) for name in ("eval_loss", "perplexity", "unigram_perplexity", "train_loss")},
     **{
-        name: Field("number", required=False, null=True)
+        name: Field("number", required=False, null=True, least=0)
         for name in (
-            "eval_loss", "perplexity", "unigram_perplexity", "train_loss", "train_runtime_s", "tokens_per_second",
-            "resumed_from_step", "wall_time_s", "padding_share", "throughput_tokens_per_s", "mfu", "train_loss_tokens",
+            "train_runtime_s", "tokens_per_second", "resumed_from_step", "wall_time_s", "padding_share",
+            "throughput_tokens_per_s", "mfu", "train_loss_tokens",
         )
     },
 }  # fmt: skip
-"""The numbers of summary.json that readers compute with (train/run.py writes them); a string there is damage."""
+"""The numbers of summary.json that readers compute with (train/run.py writes them): a string there is
+damage, and so is a value no run can have (0 processes or nodes, a negative count, time or rate)."""
 
 
 class RunDir:

@@ -40,6 +40,8 @@ class Field:
     required: bool = True
     null: bool = False
     """Whether null stands for "not measured" (an MFU on a CPU)."""
+    least: float | None = None
+    """The smallest value a number may hold (a run has at least 1 process, no count is below 0)."""
 
 
 class DamagedFile(UserError):
@@ -79,6 +81,8 @@ def record_damage(record: Any, fields: Mapping[str, Field], extra: bool = True) 
             continue
         if not _holds(value, field.kind):
             return f"{name} is {_show(value)}, not {_KIND_TEXT[field.kind]}"
+        if field.least is not None and value < field.least:
+            return f"{name} is {_show(value)}, not {_KIND_TEXT[field.kind]} of at least {field.least:g}"
     if not extra:
         unknown = [str(k) for k in record if k not in fields]
         if unknown:

@@ -224,13 +224,19 @@ def run_captured(
     argv: Sequence[str], timeout: float = 60.0, env: Mapping[str, str] | None = None, input: str | None = None
 ) -> Captured:
     """Run a command to completion and capture its output; a missing program is exit code 127.
-    `input` goes to its stdin; without it stdin is empty (a prompt cannot wait for an answer)."""
+    `input` goes to its stdin; without it stdin is empty (a prompt cannot wait for an answer).
+
+    Output is read as UTF-8 whatever it holds: a byte that is not UTF-8 (a damaged controller, a
+    login banner in another encoding) becomes U+FFFD, so the caller checks every value it uses as it
+    checks any input, instead of failing in the decoding."""
     merged = dict(os.environ)
     if env:
         merged.update(env)
     stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=merged, **stdin)
+        proc = subprocess.run(
+            list(argv), capture_output=True, encoding="utf-8", errors="replace", timeout=timeout, env=merged, **stdin
+        )
     except FileNotFoundError:
         return Captured(127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:

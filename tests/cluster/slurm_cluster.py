@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -153,6 +154,25 @@ class SlurmCluster:
 
     def requeue(self, job_id: int) -> None:
         self.run("scontrol", "requeue", str(job_id))
+
+    def cancel_all(self, timeout: float = 120.0) -> list[str]:
+        """Cancel every job of this cluster (they are all the tests') and wait until Slurm lists none,
+        the ending ones (COMPLETING) included, so that nothing left by one test holds a node that the
+        next test's jobs would wait for. Returns the ids there were; raises SlurmError when some are
+        still listed after `timeout` s (a job Slurm cannot end: the daemons' logs say why)."""
+        listed = self.run("squeue", "--noheader", "--format=%i").stdout.split()
+        if not listed:
+            return []
+        user = pwd.getpwuid(os.getuid()).pw_name
+        deadline = time.monotonic() + timeout
+        # Again while any is listed: a job that submits its successor (a site agent's chain of links)
+        # may do so while it is being cancelled.
+        while left := self.run("squeue", "--noheader", "--format=%i %T").stdout.strip():
+            if time.monotonic() > deadline:
+                raise SlurmError(f"jobs still listed {timeout:.0f} s after scancel:\n{left}\n{self.log_tail()}")
+            self.run("scancel", f"--user={user}")
+            time.sleep(0.5)
+        return listed
 
     def log_tail(self, lines: int = 15) -> str:
         """The end of each daemon log, for failure messages."""

@@ -1,5 +1,9 @@
 """Named points where a test may kill the training process, to prove that no kill loses the run.
 
+Test-only: SUPERTUNE_FAULT, SUPERTUNE_FAULT_ONCE and SUPERTUNE_FAULT_IN are for the test suite (and a
+developer reproducing a kill), not settings of supertune; `--help` and the config reference name
+none of them, and a run never needs one. Set outside a test, they kill the process named.
+
 `SUPERTUNE_FAULT=<point>@<step>[:<rank>]` (for example `save.manifest@8`) makes the process of that
 rank (default 0) kill itself with SIGKILL when it reaches the point at that optimizer step: no
 handler, no cleanup, as when a node dies. Unset (always, outside tests) it costs one dictionary

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks is not None or args.limit is not None:
         return _benchmarks(args)
     _submit_only(args)
-    from ..config import read_config_file
+    from ..config.load import read_saved_sections
     from ..evaluation.perplexity import evaluate_saved_model
     from ..resolve import resolve
     from ..rundir import run_of_model
@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     base: dict = {}
     run = run_of_model(args.model)
     if run is not None:
-        saved = read_config_file(run.config)
+        saved = read_saved_sections(
+            run.config, "supertune writes it when a run starts: restore it, or copy the model out of the run"
+        )
         # The run's seed too: it chose the validation split (data.validation_split_percentage) and the
         # shuffled sample; another seed would evaluate on documents the run trained on.
         training = {k: v for k, v in saved.get("training", {}).items() if k in ("per_device_eval_batch_size", "seed")}

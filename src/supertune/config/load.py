@@ -12,13 +12,24 @@ import os
 from typing import Any
 
 from ..file_formats import expand_files
+from ..state_records import DamagedFile
 from .build import build_config, build_config_and_problems
 from .errors import ConfigError
 from .schema import RunConfig
 from .validate import config_problems
 from .yaml_file import read_config_file
 
-__all__ = ["build_run_config", "load_saved_config", "absolute_paths", "config_to_dict", "dump_config"]
+__all__ = [
+    "build_run_config",
+    "load_saved_config",
+    "read_saved_sections",
+    "absolute_paths",
+    "config_to_dict",
+    "dump_config",
+]
+
+SECTIONS = tuple(f.name for f in dataclasses.fields(RunConfig))
+"""The sections of a run config (model, data, training, ...): each one a mapping in its YAML."""
 
 
 def build_run_config(data: dict[str, Any]) -> RunConfig:
@@ -37,6 +48,26 @@ def load_saved_config(path: str | os.PathLike[str], files_here: bool = True) -> 
     only types and keys are checked, paths stay as written; the site checks the rest where they are."""
     data = read_config_file(path)
     return build_run_config(data) if files_here else build_config(RunConfig, data)
+
+
+def read_saved_sections(path: str | os.PathLike[str], fix: str) -> dict[str, dict[str, Any]]:
+    """A run directory's config.yaml as plain data, for readers that use a few of its values without
+    building the whole config (a report, an evaluation of the run's model): each section it holds is
+    a mapping, or the file is a DamagedFile naming the section (supertune wrote mappings there), with
+    `fix`. The readers check each value they use (state_records.record_damage)."""
+    data = read_config_file(path)
+    for name in SECTIONS:
+        if name in data and not isinstance(data[name], dict):
+            raise DamagedFile(path, f"{name} is {_kind(data[name])}, not a mapping of settings", fix)
+    return data
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "true or false"
+    return {list: "a list", str: "text", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:

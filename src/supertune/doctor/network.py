@@ -46,11 +46,22 @@ class IfnameList:
 
     def matches(self, name: str, port: int | None = None) -> bool:
         # An empty list matches everything, so "^" alone excludes everything (as in NCCL).
-        hit = not self.entries or any(
-            (name == entry if self.exact else name.startswith(entry)) and (p is None or port is None or p == port)
-            for entry, p in self.entries
-        )
+        hit = not self.entries or any(self._names(entry, name, port) for entry in self.entries)
         return hit != self.exclude
+
+    def unmatched(self, found: Sequence[tuple[str, int | None]]) -> list[str]:
+        """The entries (as written) that name nothing in `found`, (name, port) pairs of this node: a
+        typo, or a name from another site. Such an entry selects nothing and excludes nothing."""
+        return [
+            f"{entry[0]}:{entry[1]}" if entry[1] is not None else entry[0]
+            for entry in self.entries
+            if not any(self._names(entry, name, port) for name, port in found)
+        ]
+
+    def _names(self, entry: tuple[str, int | None], name: str, port: int | None) -> bool:
+        prefix, wanted_port = entry
+        named = name == prefix if self.exact else name.startswith(prefix)
+        return named and (wanted_port is None or port is None or wanted_port == port)
 
 
 def parse_ifname_list(value: str) -> IfnameList:
@@ -136,6 +147,22 @@ def check_nccl_socket_ifname(
             f"{source} selects only loopback ({shown}) in a job of {num_nodes} nodes: other nodes cannot connect{unused_note}",
             f"name the interface that links the nodes, e.g. NCCL_SOCKET_IFNAME={_suggest(interfaces)}",
         )
+    if value is not None:
+        spec = parse_ifname_list(value)
+        unmatched = spec.unmatched([(i.name, None) for i in interfaces])
+        if not spec.entries or unmatched:
+            said = (
+                "names no interface at all (an empty list)"
+                if not spec.entries
+                else f"{'excludes' if spec.exclude else 'names'} {', '.join(map(repr, unmatched))}, which "
+                f"{'is' if len(unmatched) == 1 else 'are'} no interface of this node (a typo, or another site's name)"
+            )
+            return warn(
+                name,
+                f"NCCL_SOCKET_IFNAME={value!r} {said}; interfaces: {listing}: NCCL uses {shown}",
+                f"name only this node's interfaces (a prefix, =name for an exact name, ^ before the list to exclude), "
+                f"e.g. NCCL_SOCKET_IFNAME={_suggest(interfaces)} or NCCL_SOCKET_IFNAME=^docker,lo, or unset it",
+            )
     return ok(name, f"{source}: NCCL uses {shown}")
 
 

@@ -15,19 +15,29 @@ from ..paths import cache_dir
 from . import probe
 from .gpus import check_gpu_visibility, check_gpus, check_nccl
 from .job import check_rendezvous, check_slurm
+from .nccl_settings import check_nccl_debug, check_nccl_ib_hca
 from .network import check_fabric, check_gloo_socket_ifname, check_nccl_socket_ifname, find_net_plugins
 from .result import CheckResult
 from .software import REPORTED_PACKAGES, check_packages, check_python, check_torch_build
-from .storage import HfPaths, check_free_space, check_hf_cache, check_offline, check_scratch, hf_paths, is_true
+from .storage import (
+    HfPaths,
+    check_free_space,
+    check_hf_cache,
+    check_offline,
+    check_scratch,
+    check_tmpdir,
+    hf_paths,
+    is_true,
+)
 
 __all__ = ["NodeFacts", "gather", "run_checks", "CHECK_NAMES"]
 
 CHECK_NAMES = (
     "python", "packages", "torch-build",
-    "gpu-visibility", "gpus", "nccl",
-    "fabric", "nccl-socket-ifname", "gloo-socket-ifname",
+    "gpu-visibility", "gpus", "nccl", "nccl-debug",
+    "fabric", "nccl-ib-hca", "nccl-socket-ifname", "gloo-socket-ifname",
     "slurm", "rendezvous",
-    "hf-cache", "hf-offline", "scratch", "free-space",
+    "hf-cache", "hf-offline", "scratch", "tmpdir", "free-space",
 )  # fmt: skip
 
 
@@ -92,7 +102,9 @@ def run_checks(
         check_gpu_visibility(f.torch, f.hardware, f.allocation, f.env),
         check_gpus(f.torch),
         check_nccl(f.torch, f.env),
+        check_nccl_debug(f.env, f.torch),
         check_fabric(f.ib_ports, f.cxi_devices, f.interfaces, f.env, f.plugins, f.torch),
+        check_nccl_ib_hca(f.env, f.ib_ports),
         check_nccl_socket_ifname(f.env, f.interfaces, nodes, nccl_used),
         check_gloo_socket_ifname(f.env, f.interfaces, f.hostname, resolve, nodes),
         check_slurm(f.allocation, f.view),
@@ -100,6 +112,7 @@ def run_checks(
         check_hf_cache(f.hf, is_true(f.env.get("HF_HUB_OFFLINE"))),
         check_offline(f.env, f.allocation is not None),
         check_scratch(f.dirs),
+        check_tmpdir(f.env),
         check_free_space([*f.dirs, ("Hugging Face cache", f.hf.home)], min_free_bytes),
     ]
 

@@ -24,6 +24,7 @@ __all__ = [
     "check_hf_cache",
     "check_offline",
     "check_scratch",
+    "check_tmpdir",
     "check_free_space",
     "FAIL_FREE_BYTES",
 ]
@@ -144,6 +145,33 @@ def check_scratch(dirs: Sequence[tuple[str, Path]]) -> CheckResult:
             "TMPDIR for temporary files (read-only mounts and full quotas show here)",
         )
     return ok(name, evidence)
+
+
+def check_tmpdir(env: Mapping[str, str]) -> CheckResult:
+    """TMPDIR, when set, is a directory a file can be created in. Python's tempfile passes over one that
+    is not without a word (to /tmp), but the programs a run starts do not: gcc, which Triton and
+    DeepSpeed compile their kernels with, stops with "cannot create temporary file", and so do
+    shell tools (mktemp) in a job script."""
+    name = "tmpdir"
+    value = env.get("TMPDIR")
+    if not value:
+        return ok(name, f"TMPDIR {'empty' if value == '' else 'unset'}: temporary files go to {tempfile.gettempdir()}")
+    path = Path(value)
+    if not path.exists():
+        found = "does not exist"
+    elif not path.is_dir():
+        found = "is a file, not a directory"
+    else:
+        good, note = writable(path)
+        if good:
+            return ok(name, f"TMPDIR={value}: a writable directory")
+        found = f"is not writable ({note})"
+    return fail(
+        name,
+        f"TMPDIR={value!r} {found}: compilers (Triton's and DeepSpeed's kernel builds) and tools such as mktemp "
+        "cannot create their temporary files there",
+        "point TMPDIR at a writable directory (node-local scratch; mkdir -p it first), or unset it",
+    )
 
 
 def check_free_space(

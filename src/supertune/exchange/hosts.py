@@ -13,6 +13,7 @@ raised as `Dropped`, which the protocol answers by resuming.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -114,7 +115,11 @@ class SshHost:
     def size(self, path: str) -> int | None:
         q = shlex.quote(path)
         out = self._run(f"if [ -f {q} ]; then wc -c < {q}; fi").strip()
-        return int(out) if out.isdigit() else None
+        if not out:
+            return None
+        if not (out.isascii() and out.isdigit()):
+            raise self._unexpected("wc -c", out, "a size in bytes")
+        return int(out)
 
     def append(self, path: str, chunks: Iterable[bytes]) -> None:
         command = f"cat >> {shlex.quote(path)}"
@@ -129,7 +134,20 @@ class SshHost:
     def sha256(self, path: str) -> str | None:
         q = shlex.quote(path)
         out = self._run(f"if [ -f {q} ]; then sha256sum {q} 2>/dev/null || shasum -a 256 {q}; fi").split()
-        return out[0] if out else None
+        if not out:
+            return None
+        if not re.fullmatch(r"[0-9a-f]{64}", out[0]):
+            raise self._unexpected("sha256sum", " ".join(out), "a sha256 and the file's name")
+        return out[0]
+
+    def _unexpected(self, command: str, answer: str, expected: str) -> UserError:
+        """What ssh brought back is read like any input: an answer other than the command's own (a login
+        message that a shell's startup file prints on every command's output) is refused by name."""
+        shown = answer if len(answer) <= 80 else answer[:77] + "..."
+        return UserError(
+            f"exchange {self.address.text}: `{command}` answered {shown!r}, not {expected}: the host prints text of "
+            "its own on a command's output (a message from a shell's startup file?); `ssh HOST true` must print nothing"
+        )
 
     def rename(self, source: str, target: str) -> None:
         self._run(f"mv -f {shlex.quote(source)} {shlex.quote(target)}")

@@ -382,6 +382,11 @@ def _gpus_on_node(env: Mapping[str, str]) -> int | None:
             return len([i for i in ids.split(",") if i.strip()])
     per_node = env.get("SLURM_GPUS_PER_NODE", "").strip()
     if per_node:
-        last = per_node.split(",")[0].rsplit(":", 1)[-1]
-        return int(last) if last.isdigit() else None
+        # --gpus-per-node=[type:]count, a comma list for several types ("a100:2,v100:1": 3 GPUs).
+        counts = [entry.strip().rsplit(":", 1)[-1] for entry in per_node.split(",")]
+        if not all(c.isascii() and c.isdigit() for c in counts):
+            raise LaunchVariableError(
+                "SLURM_GPUS_PER_NODE", env["SLURM_GPUS_PER_NODE"], 'a GPU count per node such as "4" or "a100:4"'
+            )
+        return sum(int(c) for c in counts)
     return None

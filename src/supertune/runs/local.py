@@ -71,11 +71,11 @@ def forward_stop_signals() -> list[RunDir]:
 
 
 def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
-    """Before a run directory exists: the launch environment and the cache path readable, GPUs this
-    PyTorch cannot use (`gpus`; it imports torch, which the training processes check again), the
-    weights the run starts from against their manifest (sha256 up to 4 GiB, sizes above): a damaged
-    model is refused without leaving a run behind; and the rows of conversational data
-    (training_data.row_checks)."""
+    """Before a run directory exists: the launch environment and the cache path readable, TMPDIR
+    writable, GPUs this PyTorch cannot use (`gpus`; it imports torch, which the training processes
+    check again), the weights the run starts from against their manifest (sha256 up to 4 GiB, sizes
+    above): a damaged model is refused without leaving a run behind; and the rows of conversational
+    data (training_data.row_checks)."""
     from ..checkpoints.model_files import check_saved_model
     from ..launch.environment import launch_environment, slurm_allocation
     from ..paths import cache_dir
@@ -84,10 +84,9 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     launch_environment()
     slurm_allocation()
     cache_dir()
-    if gpus:
-        from ..doctor.startup import refuse_unusable_gpus
+    from ..doctor.startup import refuse_unfit_node
 
-        refuse_unusable_gpus()  # a GPU job that would train on the CPU, or stop at its first kernel
+    refuse_unfit_node(gpus)  # a TMPDIR compilers cannot write into; a GPU job that would train on the CPU
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,9 +86,14 @@ def job_state(job_id: str, via: Sequence[str] = ()) -> JobState:
     # Anything else (no Slurm here, no answer from the controller) is an error, not a job state.
     _check(result, f"scontrol show job {job_id}")
     fields = dict(part.split("=", 1) for part in result.stdout.split() if "=" in part)
+    state = fields.get("JobState", "UNKNOWN")
+    if not re.fullmatch(r"[A-Z_]+", state):
+        raise UserError(
+            f"scontrol show job {job_id}: Slurm answered JobState={state!r}, not a job state; check Slurm with `scontrol ping`"
+        )
     return JobState(
         job_id=job_id,
-        state=fields.get("JobState", "UNKNOWN"),
+        state=state,
         reason=fields.get("Reason", ""),
         nodes=fields.get("NodeList", ""),
         elapsed=fields.get("RunTime", ""),

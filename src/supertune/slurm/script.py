@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..clusters.schema import ClusterProfile
 from ..config.job_values import env_name_problem
+from ..entry import BENCH_EVAL, SITE_EVAL, TRAIN_WORKER
 from ..exit_codes import REQUEUE_EXIT_CODE
 from ..launch.environment import PORT_BASE, PORT_SPAN
 from ..launch.launchers import HOSTFILE, get_launcher
@@ -59,17 +60,35 @@ def _header(job: JobSpec, run_dir_field: str) -> str:
         # USR1 to the batch shell (B:) signal_lead seconds before the time limit: checkpoint, requeue.
         ("signal", f"B:USR1@{job.signal_lead}"),
     ]
-    lines = [
-        "#!/bin/bash",
-        f"# Job script of the supertune run in {comment(job.run_dir)}.",
-        "# Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
-    ]
+    what, source = _JOB_KINDS.get(job.entry, _OTHER_JOB)
+    lines = ["#!/bin/bash", f"# Job script of {what.format(folder=comment(job.run_dir))}.", f"# {source}"]
     lines += directives(options)
     lines.append("#SBATCH --requeue")
     if job.exclusive:
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {sbatch_value('slurm.extra_args', arg)}" for arg in job.extra_args]
     return "\n".join(lines)
+
+
+_JOB_KINDS: dict[str, tuple[str, str]] = {
+    TRAIN_WORKER: (
+        "the supertune run in {folder}",
+        "Rendered from the run's config.yaml; render it again (supertune submit --dry-run) rather than edit it.",
+    ),
+    BENCH_EVAL: (
+        "the benchmarks of a saved model (supertune eval MODEL --tasks ... --submit), with its logs in {folder}",
+        "Rendered from the model's run config and the command's options; render it again (the same command "
+        "with --dry-run) rather than edit it.",
+    ),
+    SITE_EVAL: (
+        "a federated site's evaluation of the round's global model (supertune federate), in {folder}",
+        "Rendered by the federation from the site's run config, again for every round: change the site's "
+        "config, not this file.",
+    ),
+}
+"""What each kind of job (by the entry point its processes run) says it is in its script's first lines:
+(what the job is, where its script comes from)."""
+_OTHER_JOB = ("a supertune job in {folder}", "Rendered by supertune; render it again rather than edit it.")
 
 
 def site_options(

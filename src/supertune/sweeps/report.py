@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config.yaml_file import read_config_file
+from ..config.load import read_saved_sections
 from ..errors import UserError
 from ..json_lines import read_records
 from ..output_dirs import make_output_dir, marked_as
@@ -52,7 +52,7 @@ class RunResult:
     @property
     def per_device_batch(self) -> int:
         t = self.config.get("training", {})
-        return int(t.get("per_device_train_batch_size", 0)) * int(t.get("gradient_accumulation_steps", 1))
+        return t.get("per_device_train_batch_size", 0) * t.get("gradient_accumulation_steps", 1)
 
     @cached_property
     def records(self) -> list[dict[str, Any]]:
@@ -81,8 +81,21 @@ _MEASURED = (
     "tokens_seen",
     "num_input_tokens_seen",
 )
-METRIC_FIELDS = {"step": Field("int"), **{name: Field("number", required=False, null=True) for name in _MEASURED}}
-"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not measured)."""
+METRIC_FIELDS = {
+    "step": Field("int", least=0),
+    **{name: Field("number", required=False, null=True) for name in ("loss", "eval_loss")},
+    **{name: Field("number", required=False, null=True, least=0) for name in _MEASURED if "loss" not in name},
+}
+"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not
+measured); a negative step, learning rate, throughput, MFU or token count is damage."""
+
+
+TRAINING_FIELDS = {
+    name: Field("int", required=False, least=1)
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps")
+}
+"""What the report reads of a run's config.yaml (the training section): the batch that says strong or weak scaling."""
+_CONFIG_FIX = "supertune writes it when a run starts: restore it, or report without the run"
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,10 @@ def load_runs(paths: list[str]) -> tuple[list[RunResult], str | None, str]:
 def _load(path: Path, devices: int | None = None, nodes: int | None = None) -> RunResult:
     run = RunDir(Path(path).expanduser().absolute())
     summary = run.read_summary(f"RUN_DIR {run.path}")
-    config = read_config_file(run.config) if run.config.exists() else {}
+    config = read_saved_sections(run.config, _CONFIG_FIX) if run.config.exists() else {}
+    damage = record_damage(config.get("training", {}), TRAINING_FIELDS)
+    if damage:
+        raise DamagedFile(run.config, f"training.{damage}", _CONFIG_FIX)
     if summary is not None:
         devices, nodes = int(summary.get("world_size") or devices or 1), int(summary.get("nodes") or nodes or 1)
     return RunResult(run, summary, config or {}, devices or 1, nodes or 1)

@@ -90,8 +90,9 @@ _SWEEP_FIELDS = {
     "runs": Field("list"), "created": Field("number", required=False), "command": Field("str", required=False),
 }  # fmt: skip
 _RUN_FIELDS = {
-    "devices": Field("int"), "nodes": Field("int"), "per_node": Field("int"), "per_device_train_batch_size": Field("int"),
-    "gradient_accumulation_steps": Field("int"), "run_dir": Field("str"),
+    "devices": Field("int", least=1), "nodes": Field("int", least=1), "per_node": Field("int", least=1),
+    "per_device_train_batch_size": Field("int", least=1), "gradient_accumulation_steps": Field("int", least=1),
+    "run_dir": Field("str"),
     "job_id": Field("digits", required=False, null=True), "state": Field("str", required=False),
 }  # fmt: skip
 _SWEEP_FIX = "supertune sweep writes it: restore it, or run the sweep again into a new directory"

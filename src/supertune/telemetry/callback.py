@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
@@ -29,9 +30,11 @@ log = logging.getLogger("supertune")
 
 
 class StepClock(TrainerCallback):
-    """Times every optimizer step and counts its tokens; register it after every other callback."""
+    """Times every optimizer step and counts its tokens; register it after every other callback.
+    `clock`: seconds from any origin (time.perf_counter; a test gives a clock it advances itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.window = Window()
         """Steps since the last logging step."""
         self.run = Window()
@@ -42,22 +45,22 @@ class StepClock(TrainerCallback):
         self.tokens_before = 0
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.ready = time.perf_counter()
+        self.ready = self.clock()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.began = time.perf_counter()
+        self.began = self.clock()
         self.wait_s = self.began - self.ready
         self.tokens_before = int(state.num_input_tokens_seen or 0)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         seconds, tokens = now - self.ready, int(state.num_input_tokens_seen or 0) - self.tokens_before
         self.window.add(seconds, self.wait_s, tokens)
         (self.run if self.first.steps else self.first).add(seconds, self.wait_s, tokens)
         self.ready = now
 
     def _bookkeeping_done(self, *args: Any, **kwargs: Any) -> None:
-        self.ready = time.perf_counter()
+        self.ready = self.clock()
 
     # Logging, evaluation and saving happen between steps; none of it is a training step's time.
     on_log = on_evaluate = on_save = _bookkeeping_done

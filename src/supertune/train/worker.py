@@ -18,7 +18,7 @@ from .signals import install_signal_handlers
 install_signal_handlers()
 
 from ..distributed.process_group import leave_process_group  # noqa: E402
-from ..doctor.startup import refuse_unusable_gpus  # noqa: E402
+from ..doctor.startup import refuse_unfit_node  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
 from ..launch.exit_order import leave_in_order  # noqa: E402
@@ -52,7 +52,7 @@ def _train(run: RunDir) -> int:
     print(f"supertune: {describe(view)}", flush=True)
     setup_logging()
     try:
-        refuse_unusable_gpus()  # in each process of a job: its node's GPUs and PyTorch build, not the submitter's
+        refuse_unfit_node()  # in each process of a job: its node's TMPDIR, GPUs, PyTorch build and NCCL interfaces
         run_training(load_run_dir_config(run.config), run)
     except UserError as exc:
         print(f"supertune: error: {exc}", file=sys.stderr)
