@@ -6,7 +6,10 @@ the run config); YAML is only data (`federation.load` builds and checks it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from ..averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER, server_optimizer_names
+from ..config.choices import OneOf
 
 __all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "TransferConfig", "FederationConfig"]
 
@@ -19,7 +22,7 @@ class AggregationConfig:
     """Weight of each site: the tokens (or sequences) it trained on this round, or equal; a site's `weight` overrides."""
     dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
     """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
-    server_optimizer: Literal["fedavgm", "fedadam", "fedyogi", "fedadagrad", "nesterov"] = "fedavgm"
+    server_optimizer: Annotated[str, OneOf(server_optimizer_names)] = DEFAULT_SERVER_OPTIMIZER
     """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated.md."""
     server_lr: float | None = None
     """Server learning rate; empty: the optimizer's default, 1 for fedavgm (plain FedAvg), 0.7 for nesterov, 0.01 for fedadam, fedyogi, fedadagrad."""
