@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
-from .layout import RoundDir
+from .layout import FederationDir, RoundDir
 from .log_tail import log_tail
 from .phases import average_round, trained_record
 from .receipts import checked_checkpoint, read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig
 
-__all__ = ["BuiltinExecutor", "FederationError", "average_phase", "late_job_reason"]
+__all__ = ["BuiltinExecutor", "builtin_executor", "FederationError", "average_phase", "late_job_reason"]
 
 log = logging.getLogger("supertune")
 
@@ -83,6 +83,12 @@ def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, st
     )
 
 
+def builtin_executor(fed: FederationConfig, root: FederationDir) -> BuiltinExecutor:
+    """The executor's factory (executor_kinds.EXECUTORS): it keeps everything in the sites' run
+    directories, so the federation directory is not its concern."""
+    return BuiltinExecutor(fed)
+
+
 class BuiltinExecutor:
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed
@@ -106,7 +112,6 @@ class BuiltinExecutor:
 
     def _sent(self, work: RoundWork, finished: dict[str, str]) -> dict[str, str]:
         """Each finished site's result as it travels (transfer settings): a package in its folder of the round."""
-        from .layout import FederationDir
         from .site_result import send_result
 
         root = FederationDir(work.averaged.parent.parent)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..entry import SITE_TASK, entry_words
-from .load import login_parts
 from .rounds import RoundWork
 from .schema import FederationConfig
+from .site_login import login_parts
 
 if TYPE_CHECKING:
     from ..slurm.job import JobSpec

@@ -17,27 +17,22 @@ from ..config.build import build_config
 from ..config.errors import ConfigError
 from ..config.yaml_file import read_yaml_mapping
 from ..errors import UserError
+from .executor_kinds import EXECUTORS, executor_kind
 from .layout import FederationDir
-from .schema import FederationConfig, SiteConfig
+from .schema import FederationConfig
 
 __all__ = [
     "load_federation",
     "federation_problems",
     "server_defaults",
     "federation_text",
-    "login_parts",
-    "login_ssh_words",
-    "plain_path",
+    "federation_keys_set",
     "SITE_NAME",
 ]
 
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
-# StreamFlow writes working directories and environment values into shell commands unquoted
-# (`cd DIR && export K="V" && ...`): paths it sees keep to characters that mean nothing to a shell.
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+,:@%=-]*\Z")
-_LOGIN = re.compile(
-    r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?$"
-)
+_SITE_KEYS = ("login", "workdir", "python")
+"""Keys of a site that some executors use (ExecutorKind.site_keys) and the others refuse."""
 
 
 def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConfig, Path | None]:
@@ -93,7 +88,7 @@ def _absolute_paths(fed: FederationConfig, base: Path) -> None:
         return str(expanded if expanded.is_absolute() else (base / expanded).absolute())
 
     for site in fed.sites:
-        if site.config and fed.executor != "agents":  # an agent's config is a path at its site
+        if site.config and executor_kind(fed).site_files_here:  # else a path at its site
             site.config = absolute(site.config)
     if fed.streamflow.ssh_key:
         fed.streamflow.ssh_key = absolute(fed.streamflow.ssh_key)
@@ -109,6 +104,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     """Everything wrong with the federation's own settings, one line each (the sites' run configs are
     checked by `federation.sites.resolve_sites`)."""
     p: list[str] = []
+    kind = executor_kind(fed)
     if not SITE_NAME.match(fed.name):
         p.append(f"name: {fed.name!r} cannot name the federation's folder and jobs; use letters, digits, '-' and '_'")
     if fed.rounds < 1:
@@ -151,25 +147,19 @@ def federation_problems(fed: FederationConfig) -> list[str]:
         seen.add(site.name)
         if site.steps_per_round < 1:
             p.append(f"{where}.steps_per_round: must be at least 1, got {site.steps_per_round}")
-        if site.config and fed.executor != "agents" and not Path(site.config).is_file():
-            kind = "is not a regular file" if Path(site.config).exists() else "does not exist"
-            p.append(f"{where}.config: {site.config!r} {kind}; give the site's run config YAML")
+        if site.config and kind.site_files_here and not Path(site.config).is_file():
+            state = "is not a regular file" if Path(site.config).exists() else "does not exist"
+            p.append(f"{where}.config: {site.config!r} {state}; give the site's run config YAML")
         if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
             p.append(f"{where}.weight: must be a positive number, got {site.weight}")
-        if fed.executor != "streamflow":
-            for key in ("login", "workdir", "python"):
-                if getattr(site, key):
-                    p.append(
-                        f"{where}.{key}: only used with executor: streamflow; remove it or set executor: streamflow"
-                    )
-        else:
-            p += _streamflow_site_problems(where, site)
-        if site.where != "local" and fed.executor != "agents":  # an agent's profile is at its site
+        for key in _SITE_KEYS:
+            if getattr(site, key) and key not in kind.site_keys:
+                users = " or ".join(f"executor: {e.name}" for e in EXECUTORS.values() if key in e.site_keys)
+                p.append(f"{where}.{key}: only used with {users}; remove it or set {users}")
+        p += kind.site_checks(where, site)
+        if site.where != "local" and kind.site_files_here:  # else its profile is at its site
             p += _cluster_problem(where, site.where)
-    if fed.executor == "streamflow" and fed.streamflow.ssh_key and not Path(fed.streamflow.ssh_key).is_file():
-        p.append(
-            f"streamflow.ssh_key: {fed.streamflow.ssh_key!r} does not exist; give the private key file for the login nodes, or none (SSH agent)"
-        )
+    p += kind.checks(fed)
     weighted = [s.weight is not None for s in fed.sites]
     if any(weighted) and not all(weighted):
         p.append(
@@ -215,21 +205,20 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
     return p
 
 
-_NOT_YET = {
-    "streamflow": ("transfer",),
-}
-"""Settings an executor does not carry out yet: refused with it, the first one set named."""
-
-
-def _executor_problems(fed: FederationConfig) -> list[str]:
-    used = {
+def federation_keys_set(fed: FederationConfig) -> dict[str, bool]:
+    """The settings an executor may refuse (ExecutorKind.refuses), and whether the federation sets each."""
+    return {
         "aggregation.min_sites": fed.aggregation.min_sites is not None,
         "site_retries": fed.site_retries > 0,
         "round_deadline": bool(fed.round_deadline),
         "transfer": fed.transfer.active,
         "benchmarks": bool(fed.benchmarks),
     }
-    keys = [k for k in _NOT_YET.get(fed.executor, ()) if used[k]]
+
+
+def _executor_problems(fed: FederationConfig) -> list[str]:
+    used = federation_keys_set(fed)
+    keys = [k for k in executor_kind(fed).refuses if used[k]]
     return (
         [f"{keys[0]}: not supported with executor: {fed.executor} yet; leave it out, or use executor: builtin"]
         if keys
@@ -238,12 +227,14 @@ def _executor_problems(fed: FederationConfig) -> list[str]:
 
 
 def _exchange_problems(fed: FederationConfig) -> list[str]:
-    if fed.executor == "agents" and not fed.exchange:
+    kind = executor_kind(fed)
+    if kind.uses_exchange and not fed.exchange:
         return [
-            "exchange: executor: agents needs the exchange the sites meet at: a directory or ssh://[user@]host[:port]/path"
+            f"exchange: executor: {fed.executor} needs the exchange the sites meet at: a directory or ssh://[user@]host[:port]/path"
         ]
-    if fed.exchange and fed.executor != "agents":
-        return ["exchange: only used with executor: agents; remove it or set executor: agents"]
+    if fed.exchange and not kind.uses_exchange:
+        users = " or ".join(f"executor: {e.name}" for e in EXECUTORS.values() if e.uses_exchange)
+        return [f"exchange: only used with {users}; remove it or set {users}"]
     if fed.exchange:
         from ..exchange import parse_exchange
 
@@ -269,71 +260,6 @@ def _transfer_problems(fed: FederationConfig) -> list[str]:
             "use aggregation.lora: adapters, or transfer.delta: false"
         )
     return p
-
-
-def _streamflow_site_problems(where: str, site: SiteConfig) -> list[str]:
-    """A site reached over SSH names its login node, a directory and a Python there; a site without
-    login runs on this machine (or submits to a SLURM reachable from it) under the federation directory."""
-    p: list[str] = []
-    if not site.login:
-        for key in ("workdir", "python"):
-            if getattr(site, key):
-                p.append(
-                    f"{where}.{key}: only used for a site reached over SSH; set {where}.login, or remove {key} (this machine's are used)"
-                )
-        return p
-    if login_parts(site.login) is None:
-        p.append(
-            f"{where}.login: {site.login!r} is not [user@]host[:port], e.g. me@login.leonardo.cineca.it or login01:2222"
-        )
-    if site.where == "local":
-        p.append(
-            f"{where}.where: a site reached over SSH trains through its SLURM; name its cluster profile (e.g. where: leonardo)"
-        )
-    if not site.workdir:
-        p.append(
-            f"{where}.workdir: a site reached over SSH needs a directory there for its runs and models, e.g. /leonardo_scratch/me/federation"
-        )
-    elif not plain_path(site.workdir):
-        p.append(
-            f"{where}.workdir: {site.workdir!r} must be an absolute path of letters, digits and _./+,:@%=- (StreamFlow passes it to a shell unquoted)"
-        )
-    if not site.python:
-        p.append(
-            f"{where}.python: a site reached over SSH needs the path of its Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python"
-        )
-    elif not plain_path(site.python):
-        p.append(f"{where}.python: {site.python!r} must be an absolute path of letters, digits and _./+,:@%=-")
-    return p
-
-
-def login_parts(login: str) -> tuple[str | None, str, int | None] | None:
-    """(user, host, port) of `[user@]host[:port]`; None when it is not that."""
-    m = _LOGIN.match(login)
-    if m is None:
-        return None
-    port = int(m["port"]) if m["port"] else None
-    if port is not None and not 0 < port < 65536:
-        return None
-    return m["user"], m["host"], port
-
-
-def login_ssh_words(login: str, key: str | None, connect_timeout: int | None = None) -> list[str]:
-    """ssh to a site's login node (`[user@]host[:port]`), for its commands there: scancel, squeue, a check."""
-    user, host, port = login_parts(login) or (None, login, None)
-    words = ["ssh", "-o", "BatchMode=yes"]
-    if connect_timeout:
-        words += ["-o", f"ConnectTimeout={connect_timeout}"]
-    if port:
-        words += ["-p", str(port)]
-    if key:
-        words += ["-i", key]
-    return [*words, f"{user}@{host}" if user else host]
-
-
-def plain_path(path: str) -> bool:
-    """An absolute path that a shell reads as it is (no quoting needed)."""
-    return bool(_PLAIN_PATH.match(path))
 
 
 def _cluster_problem(where: str, name: str) -> list[str]:

@@ -32,6 +32,7 @@ def federate(
 ) -> FederationDir:
     """Run (or resume) the federation in `path`, first dropping the sites in `drop` and leaving those in
     `skip` out of the next round; returns its directory."""
+    from .executor_kinds import start_executor
     from .history import active_federation, drop_sites, first_unfinished_round, record_failure
     from .rounds import run_rounds
     from .sites import resolve_sites
@@ -72,7 +73,7 @@ def federate(
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
-    run_rounds(active, plans, root, _executor(active, root), everyone=fed)
+    run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
     return root
 
 
@@ -197,20 +198,6 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
             f"its rounds in the history, run `supertune federate {root.path} {words}`"
         )
     return generic
-
-
-def _executor(fed: FederationConfig, root: FederationDir):
-    if fed.executor == "agents":
-        from .agents import AgentsExecutor
-
-        return AgentsExecutor(fed, root)
-    if fed.executor == "streamflow":
-        from .streamflow import StreamFlowExecutor
-
-        return StreamFlowExecutor(fed, root)
-    from .builtin import BuiltinExecutor
-
-    return BuiltinExecutor(fed)
 
 
 def federation_status(directory: str) -> str:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from ..averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER, server_optimizer_names
 from ..config.choices import OneOf
+from .executor_kinds import executor_names
 
 __all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "TransferConfig", "FederationConfig"]
 
@@ -117,7 +118,7 @@ class FederationConfig:
     """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     """Averaging."""
-    executor: Literal["builtin", "streamflow", "agents"] = "builtin"
+    executor: Annotated[str, OneOf(executor_names)] = "builtin"
     """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round; agents: each site runs `supertune federate --site NAME EXCHANGE` and meets this machine at the exchange."""
     exchange: str | None = None
     """executor: agents: where the sites and this machine meet, a directory (a filesystem all of them mount) or ssh://[user@]host[:port]/absolute/path."""

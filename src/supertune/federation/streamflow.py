@@ -36,11 +36,11 @@ from ..errors import UserError
 from .builtin import FederationError
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, slurm_service, streamflow_config
 from .layout import FederationDir
-from .load import login_ssh_words, plain_path
 from .log_tail import log_tail
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork, site_config_file
 from .schema import FederationConfig, SiteConfig
+from .site_login import login_ssh_words, plain_path
 from .sites import SitePlan
 from .streamflow_outcomes import record_costs, training_outcomes
 

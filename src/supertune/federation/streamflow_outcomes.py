@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ..errors import UserError
 from .cwl import RoundFiles, SitePlace, job_name
-from .load import login_ssh_words
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork
 from .schema import FederationConfig
+from .site_login import login_ssh_words
 
 __all__ = ["training_outcomes", "record_costs", "failure_reported"]
 
