@@ -167,7 +167,7 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
     sites in it: not one whose until_round has passed, not one left out of it after failing."""
     from supertune.federation.layout import FederationDir
     from supertune.federation.receipts import write_receipt
-    from supertune.federation.rounds import _round_work
+    from supertune.federation.rounds import round_work
     from supertune.federation.sites import SitePlan
 
     sites = [SiteConfig(name="a"), SiteConfig(name="b", until_round=1), SiteConfig(name="c"), SiteConfig(name="d")]
@@ -180,7 +180,7 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
         write_receipt(rd.site(name).evaluated, {"eval_loss": 1.0})
     write_receipt(rd.site("d").left_out, {"reason": "local training stopped (exit code 2)", "attempts": 1})
     plans = [SitePlan(s, None, "") for s in sites]  # type: ignore[arg-type]  # the configs are not read: all trained
-    work = _round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
+    work = round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
     assert list(work.trained) == ["a", "c"] and work.average and not work.train and not work.evaluate
     assert work.left_out == {"d": "local training stopped (exit code 2)"}
 

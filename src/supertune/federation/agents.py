@@ -33,10 +33,11 @@ from ..exchange import Exchange, parse_exchange
 from ..file_table import file_table
 from ..transfer import PACKAGE_MANIFEST, package_problems, read_package
 from . import exchange_layout as names
-from .builtin import average_phase
-from .deadline import deadline_seconds, duration_text, forget_start
+from .deadline import forget_start
+from .durations import deadline_seconds, duration_text
 from .exchange_wait import wait_at_exchange
 from .layout import FederationDir
+from .phases import average_phase
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig

@@ -17,70 +17,15 @@ from pathlib import Path
 from ..errors import UserError
 from .layout import FederationDir, RoundDir
 from .log_tail import log_tail
-from .phases import average_round, trained_record
+from .phases import average_phase, trained_record
 from .receipts import checked_checkpoint, read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork
 from .schema import FederationConfig
+from .site_failures import FederationError, SiteLate, deadline_text, job_exit_text, late_job_reason
 
-__all__ = ["BuiltinExecutor", "builtin_executor", "FederationError", "average_phase", "late_job_reason"]
+__all__ = ["BuiltinExecutor", "builtin_executor"]
 
 log = logging.getLogger("supertune")
-
-
-class FederationError(UserError):
-    """A site's work failed; the message names the site, the round and where its log is; `reason` is
-    the short form the round table shows (failed: exit 1, refused: ..., late: ...)."""
-
-    def __init__(self, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class SiteLate(FederationError):
-    """A site's training was still running at the round's deadline and was ended."""
-
-
-def _deadline_text(fed: FederationConfig) -> str:
-    """The round's deadline as the reasons say it: 2h, 1h30m, 10s."""
-    from .deadline import deadline_seconds, duration_text
-
-    return duration_text(deadline_seconds(fed.round_deadline) or 0.0)
-
-
-def _job_exit(state) -> str:
-    """`exit 1`, `killed by signal 9`, or the job's state: what a failed SLURM job's reason says."""
-    code, _, sig = (state.exit_code or "").partition(":")
-    if sig.isdigit() and int(sig):
-        return f"killed by signal {sig} (job {state.state})"
-    if code.isdigit() and int(code):
-        return f"exit {code}"
-    return f"job {state.state}"
-
-
-def late_job_reason(state, wait: str) -> str:
-    """Why a SLURM job unfinished at the round's deadline is late: `late: still queued after 2h`, `late:
-    held in the queue after 2h` (scontrol hold, sbatch --hold), `late: running after 2h`."""
-    queued = state.state in ("PENDING", "CONFIGURING", "REQUEUED")
-    held = queued and state.reason in ("JobHeldUser", "JobHeldAdmin")
-    return f"late: {'held in the queue' if held else 'still queued' if queued else 'running'} after {wait}"
-
-
-def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
-    """The round's average of what the sites that finished sent (checkpoints, or transfer packages whose
-    changes are from the round's starting global model), with its receipt."""
-    sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
-    log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
-    average_round(
-        fed,
-        work.number,
-        list(finished),
-        list(finished.values()),
-        work.previous,
-        work.global_model,
-        work.averaged,
-        left_out=work.left_out,
-        delta_base=work.previous if fed.transfer.delta else None,
-    )
 
 
 def builtin_executor(fed: FederationConfig, root: FederationDir) -> BuiltinExecutor:
@@ -131,7 +76,8 @@ class BuiltinExecutor:
         another meanwhile, then the SLURM jobs waited for. A site that fails is run again (site_retries)
         while the round's deadline allows; one still unfinished at the deadline is ended (its local
         processes, its SLURM job cancelled). Those that failed or were late are left out (quorum.py)."""
-        from .deadline import deadline_seconds, round_until
+        from .deadline import round_until
+        from .durations import deadline_seconds
 
         works = work.train
         until = round_until(RoundDir(work.averaged.parent, work.number), deadline_seconds(self.fed.round_deadline))
@@ -174,7 +120,7 @@ class BuiltinExecutor:
         reason = None
         for attempt in range(1, attempts + 1):
             if until is not None and time.time() >= until:
-                wait = _deadline_text(self.fed)
+                wait = deadline_text(self.fed)
                 if reason is None:
                     local = sum(s.where == "local" for s in self.fed.sites)
                     why = " (the sites on this machine train one after another)" if local > 1 else ""
@@ -217,7 +163,7 @@ class BuiltinExecutor:
             ended = time.time()
         code = outcome.exit_code
         result = (
-            f"late: running after {_deadline_text(self.fed)}"
+            f"late: running after {deadline_text(self.fed)}"
             if outcome.late
             else "finished"
             if code == 0
@@ -314,14 +260,14 @@ class BuiltinExecutor:
                 w, job_id = named[name], jobs[name]
                 if not state.finished:  # the deadline passed: the node-hours it would still take are not spent
                     cancel_job(job_id)
-                    reason = late_job_reason(state, _deadline_text(self.fed))
+                    reason = late_job_reason(state, deadline_text(self.fed))
                     log.warning("%s: %s; job %s cancelled", w.label, reason, job_id)
                     record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason, cancelled=True))
                     failed[name] = (reason, tries[name])
                     continue
                 try:
                     done = self._record(w)
-                    reason = "finished" if done else f"failed: {_job_exit(state)}"
+                    reason = "finished" if done else f"failed: {job_exit_text(state)}"
                 except FederationError as exc:
                     done, reason = False, exc.reason or "refused"
                 record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason))

@@ -96,7 +96,8 @@ def cost_plan_text(fed: FederationConfig, plans: list[SitePlan], root: Federatio
 
 def _weights(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> tuple[dict[str, int], int, str]:
     """(bytes each site sends, bytes each receives, how they were found)."""
-    from .lora import lora_sites, weight_bytes
+    from .lora_modes import lora_sites
+    from .model_files import weight_bytes
 
     cfg = plans[0].config
     base = Path(fed.base_model) if fed.base_model else root.round(0).global_model

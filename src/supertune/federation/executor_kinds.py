@@ -19,12 +19,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .site_login import SiteLogin, streamflow_site_problems
-
-if TYPE_CHECKING:
-    from .layout import FederationDir
 
 __all__ = ["ExecutorKind", "EXECUTORS", "executor_names", "executor_kind", "start_executor"]
 
@@ -98,7 +95,8 @@ def executor_kind(fed: Any) -> ExecutorKind:
     return EXECUTORS[fed.executor]
 
 
-def start_executor(fed: Any, root: FederationDir) -> Any:
-    """The executor of `fed`, made by its record's factory (which imports its module only now)."""
+def start_executor(fed: Any, root: Any) -> Any:
+    """The executor of `fed` in its directory `root` (a layout.FederationDir), made by its record's
+    factory, which imports its module only now."""
     module, _, attribute = executor_kind(fed).factory.partition(":")
     return getattr(importlib.import_module(module), attribute)(fed, root)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .load import FEDERATION_FILE
+
 __all__ = ["FederationDir", "RoundDir", "SiteRoundDir"]
 
 
@@ -43,7 +45,7 @@ class FederationDir:
 
     @property
     def config(self) -> Path:
-        return self.path / "federation.yaml"
+        return self.path / FEDERATION_FILE
 
     @property
     def identity(self) -> Path:

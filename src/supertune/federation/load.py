@@ -18,7 +18,6 @@ from ..config.errors import ConfigError
 from ..config.yaml_file import read_yaml_mapping
 from ..errors import UserError
 from .executor_kinds import EXECUTORS, executor_kind
-from .layout import FederationDir
 from .schema import FederationConfig
 
 __all__ = [
@@ -27,9 +26,12 @@ __all__ = [
     "server_defaults",
     "federation_text",
     "federation_keys_set",
+    "FEDERATION_FILE",
     "SITE_NAME",
 ]
 
+FEDERATION_FILE = "federation.yaml"
+"""The loaded config in a federation directory (layout.FederationDir.config), from which it resumes."""
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 _SITE_KEYS = ("login", "workdir", "python")
 """Keys of a site that some executors use (ExecutorKind.site_keys) and the others refuse."""
@@ -50,11 +52,11 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
     p = Path(path).expanduser()
     resumed = None
     if p.is_dir():
-        if not FederationDir(p).config.is_file():
+        if not (p / FEDERATION_FILE).is_file():
             raise UserError(
                 f"FEDERATION: {str(p)!r} is a directory without federation.yaml; give a federation YAML or a federation directory"
             )
-        resumed, p = p.absolute(), FederationDir(p).config
+        resumed, p = p.absolute(), p / FEDERATION_FILE
     elif not p.exists():  # anything else that is not a file (a FIFO, a socket) is named by read_yaml_mapping
         raise UserError(
             f"FEDERATION: {str(p)!r} does not exist; give a federation YAML (docs/federated.md) or a federation directory"
@@ -176,7 +178,7 @@ def _participation_problems(fed: FederationConfig) -> list[str]:
         p.append(f"site_retries: must be 0 or more, got {fed.site_retries}")
     if a.min_sites is not None and a.min_sites < 1:
         p.append(f"aggregation.min_sites: must be at least 1 (or empty: every site of the round), got {a.min_sites}")
-    from .deadline import deadline_problem
+    from .durations import deadline_problem
 
     late = deadline_problem(fed.round_deadline)
     if late:

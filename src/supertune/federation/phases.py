@@ -4,8 +4,10 @@ round's average (the global model and the weights each site got)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..checkpoints.layout import CheckpointDir
 from ..checkpoints.manifest import check_files, read_manifest
@@ -14,7 +16,12 @@ from ..rundir import RunDir
 from .receipts import write_receipt
 from .schema import FederationConfig
 
-__all__ = ["trained_record", "average_round"]
+if TYPE_CHECKING:
+    from .rounds import RoundWork
+
+__all__ = ["trained_record", "average_round", "average_phase"]
+
+log = logging.getLogger("supertune")
 
 
 def trained_record(site: str, number: int, run_dir: Path) -> dict:
@@ -83,7 +90,7 @@ def average_round(
             tau=a.server_tau,
         )
     )
-    from .lora import holds_adapters, weight_bytes
+    from .model_files import holds_adapters, weight_bytes
 
     # LoRA sites with aggregation.lora: merged: the merged models are averaged, on the previous global model
     # (the server step then moves full tensors); adapters: the adapter tensors are (lora.py says why both).
@@ -117,3 +124,21 @@ def average_round(
     }
     write_receipt(receipt, record)
     return record
+
+
+def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
+    """The round's average of what the sites that finished sent (checkpoints, or transfer packages whose
+    changes are from the round's starting global model), with its receipt."""
+    sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
+    log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
+    average_round(
+        fed,
+        work.number,
+        list(finished),
+        list(finished.values()),
+        work.previous,
+        work.global_model,
+        work.averaged,
+        left_out=work.left_out,
+        delta_base=work.previous if fed.transfer.delta else None,
+    )

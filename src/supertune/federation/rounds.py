@@ -32,7 +32,7 @@ from .sites import SitePlan, round_overrides, round_resolution
 from .table import write_table
 from .tracked import GlobalSeries, tracking_overrides
 
-__all__ = ["Executor", "RoundWork", "SiteWork", "run_rounds", "site_config_file", "site_training"]
+__all__ = ["Executor", "RoundWork", "SiteWork", "round_work", "run_rounds", "site_config_file", "site_training"]
 
 log = logging.getLogger("supertune")
 
@@ -101,7 +101,8 @@ def run_rounds(
     everyone = everyone or fed
     keep_site_configs(root, {plan.site.name: plan.text for plan in plans})
     _check_last_global_model(fed, root)
-    from .lora import initial_adapter, lora_sites, merge_final_adapter
+    from .lora import initial_adapter, merge_final_adapter
+    from .lora_modes import lora_sites
 
     base = base_model_dir(fed, root)
     identity = federation_id(root)
@@ -111,7 +112,7 @@ def run_rounds(
     for number in range(0, fed.rounds + 1):
         previous = start if number <= 1 else root.round(number - 1).global_model
         try:
-            work = _round_work(fed, plans, root, number, previous, base, identity)
+            work = round_work(fed, plans, root, number, previous, base, identity)
             work.federation_id = identity
             fresh = bool(work.train or work.average or work.evaluate)
             if fresh:
@@ -160,7 +161,7 @@ def benchmark_round(fed: FederationConfig, rd: RoundDir) -> None:
     write_receipt(rd.benchmarks, {"scores": scores, "model": str(rd.global_model), "seconds": time.time() - started})
 
 
-def _round_work(
+def round_work(
     fed: FederationConfig,
     plans: list[SitePlan],
     root: FederationDir,

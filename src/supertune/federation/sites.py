@@ -64,7 +64,7 @@ def resolve_sites(fed: FederationConfig) -> list[SitePlan]:
         problems += [f"{where}: {p}" for p in _site_problems(fed, site, res.config)]
         plans.append(SitePlan(site, res.config, dump_config(res.config)))
     if not problems:
-        from .lora import lora_problems
+        from .lora_modes import lora_problems
 
         problems += lora_problems(fed, [p.site.name for p in plans], [p.config for p in plans])
     if problems:

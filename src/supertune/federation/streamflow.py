@@ -33,13 +33,13 @@ from typing import Any
 import yaml
 
 from ..errors import UserError
-from .builtin import FederationError
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, slurm_service, streamflow_config
 from .layout import FederationDir
 from .log_tail import log_tail
 from .receipts import read_receipt, write_receipt
 from .rounds import RoundWork, SiteWork, site_config_file
 from .schema import FederationConfig, SiteConfig
+from .site_failures import FederationError
 from .site_login import login_ssh_words, plain_path
 from .sites import SitePlan
 from .streamflow_outcomes import record_costs, training_outcomes
@@ -148,10 +148,11 @@ class StreamFlowExecutor:
         quorum, else the round stops saying how to go on (quorum.py)."""
         import time
 
-        from .builtin import _deadline_text
-        from .deadline import deadline_seconds, round_until
+        from .deadline import round_until
+        from .durations import deadline_seconds
         from .layout import RoundDir
         from .quorum import leave_out_failed_sites
+        from .site_failures import deadline_text
 
         n = work.number
         files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
@@ -164,7 +165,7 @@ class StreamFlowExecutor:
                 break
             training = dataclasses.replace(work, train=pending, average=False, evaluate=[])
             code, offset, ended, _ = self._streamflow(training, places, files, report_failure=True, until=until)
-            late = _deadline_text(self.fed) if code is None else None
+            late = deadline_text(self.fed) if code is None else None
             interrupted = f"failed: the round's streamflow run failed (exit code {code})"
             outcomes = training_outcomes(training, files, interrupted, late)
             said = record_costs(self.fed, training, places, ended, interrupted, outcomes, late)
@@ -184,7 +185,7 @@ class StreamFlowExecutor:
             if not pending or late:
                 break
         for w in pending:  # the deadline passed before its first attempt (a round resumed late)
-            failed.setdefault(w.name, (f"late: not started after {_deadline_text(self.fed)}", 0))
+            failed.setdefault(w.name, (f"late: not started after {deadline_text(self.fed)}", 0))
         if pending:
             leave_out = {w.name: failed[w.name] for w in pending}
             leave_out_failed_sites(self.fed, work, leave_out, deadline=self.fed.round_deadline if until else None)
@@ -494,7 +495,7 @@ def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: Federa
     import tempfile
 
     from .lora import lora_sites
-    from .rounds import _round_work
+    from .rounds import round_work
 
     with tempfile.TemporaryDirectory(prefix="supertune-dry-run-") as tmp:
         scratch = FederationDir(Path(tmp) / "federation")
@@ -511,7 +512,7 @@ def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: Federa
             config = scratch.round(1).site(plan.site.name).config
             config.parent.mkdir(parents=True)
             config.write_text(plan.text, encoding="utf-8")
-        work = _round_work(fed, plans, scratch, 1, previous, base)
+        work = round_work(fed, plans, scratch, 1, previous, base)
         work.federation_id = "<federation id>"
         executor = StreamFlowExecutor(fed, scratch)
         files = RoundFiles(scratch.streamflow / "round-001")

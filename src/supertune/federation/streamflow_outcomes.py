@@ -76,8 +76,8 @@ def record_costs(
     being cancelled: it ends now). `outcomes`: the steps' own (None: finished). Returns the outcome
     recorded now for each site (its latest job's, for a SLURM site)."""
     from ..slurm.commands import job_state, named_jobs
-    from .builtin import _job_exit, late_job_reason
     from .cost import end_running_attempts, record_attempt, slurm_attempt
+    from .site_failures import job_exit_text, late_job_reason
 
     said: dict[str, str] = {}
     for w in work.train:
@@ -102,7 +102,7 @@ def record_costs(
                     outcome = outcomes[w.name] or "finished"
                 else:
                     done = w.receipt is not None and read_receipt(w.receipt) is not None
-                    outcome = "finished" if done else f"failed: {_job_exit(state)}"
+                    outcome = "finished" if done else f"failed: {job_exit_text(state)}"
                 record_attempt(path, slurm_attempt(job, state, outcome, cancelled=running))
                 said[w.name] = outcome
         except UserError as exc:  # its login node unreachable: the round goes on without these figures
