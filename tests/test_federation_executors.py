@@ -1,4 +1,4 @@
-"""The executors' table (federation/executor_kinds.py): every record starts an executor that runs a
+"""The executors' table (federation/config/executors.py): every record starts an executor that runs a
 round's work, the config offers exactly the records' names and refuses another in one line, and what
 a record refuses or checks is what a federation with that executor is told."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from supertune.config.errors import ConfigError
-from supertune.federation.executor_kinds import EXECUTORS
-from supertune.federation.load import federation_keys_set, load_federation
-from supertune.federation.schema import FederationConfig
+from supertune.federation.config.executors import EXECUTORS
+from supertune.federation.config.load import federation_keys_set, load_federation
+from supertune.federation.config.schema import FederationConfig
 
 
 def _problems(tmp_path: Path, **config) -> list[str]:

@@ -196,8 +196,8 @@ def test_an_average_killed_mid_way_resumes_to_the_same_model_and_state(models, t
 def test_the_federations_round_average_uses_its_server_optimizer(models, tmp_path: Path) -> None:
     """Three rounds of a federation's average with FedAdam: each round's state beside its global model,
     read by the next round; the result is the reference's."""
-    from supertune.federation.phases import average_round
-    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.rounds.phases import average_round
 
     start, rounds = models
     s = SETTINGS["fedadam"]
@@ -253,7 +253,7 @@ def test_the_config_and_the_command_line_offer_the_registrys_names(tmp_path: Pat
     from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
     from supertune.cli.main import build_parser
     from supertune.config.errors import ConfigError
-    from supertune.federation.load import load_federation
+    from supertune.federation.config.load import load_federation
 
     names = list(SERVER_OPTIMIZERS)
     path = tmp_path / "federation.yaml"
