@@ -1,5 +1,6 @@
-"""A site's failed or late work: the one error that says so, with the short reason the round table
-shows, and the wording of those reasons, used by every executor."""
+"""A site's failed or late work: the one error that says so (FederationError, raised by every
+executor and by StreamFlow's site step alike), with the short reason the round table shows, and the
+wording of those reasons (attempts.py cuts them)."""
 
 from __future__ import annotations
 

@@ -17,26 +17,50 @@ failed or passed its deadline) is closed by the executor afterwards (`end_runnin
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .receipts import read_receipt, write_receipt
 
-__all__ = ["record_attempt", "site_cost", "slurm_attempt", "end_attempt", "end_running_attempts", "RUNNING"]
+__all__ = ["Attempt", "record_attempt", "site_cost", "slurm_attempt", "end_attempt", "end_running_attempts", "RUNNING"]
 
 RUNNING = "running"
 """The outcome of an attempt whose end is not recorded yet."""
 
 
-def record_attempt(path: Path, attempt: dict[str, Any]) -> None:
-    """Add one attempt ({job, nodes, submit, start, end, outcome}, and a local site's processes; times in
-    unix seconds) to the receipt."""
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a site's training as cost.json keeps it; times in unix seconds."""
+
+    job: str | None
+    """The SLURM job; None for a local site, or a submission that failed."""
+    nodes: int | None
+    """Nodes the job held (a local site: 1); None when nothing ran."""
+    submit: float | None
+    start: float | None
+    end: float | None
+    """None while it runs (RUNNING)."""
+    outcome: str
+    """finished, failed: ..., late: ..., refused: ..., or RUNNING."""
+    processes: int | None = None
+    """A local site's training processes (launch.nproc), what its node-hours count."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The receipt's entry, with the keys it has always had: `processes` only for a local site."""
+        entry: dict[str, Any] = {"job": self.job, "nodes": self.nodes}
+        if self.processes is not None:
+            entry["processes"] = self.processes
+        return {**entry, "submit": self.submit, "start": self.start, "end": self.end, "outcome": self.outcome}
+
+
+def record_attempt(path: Path, attempt: Attempt) -> None:
+    """Add one attempt to the receipt."""
     kept = read_receipt(path) or {}
     attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
-    job = attempt.get("job")
-    if job is not None and any(a.get("job") == job for a in attempts):
+    if attempt.job is not None and any(a.get("job") == attempt.job for a in attempts):
         return  # a resumed federation that waited for the same job again
-    write_receipt(path, {"attempts": [*attempts, attempt]})
+    write_receipt(path, {"attempts": [*attempts, attempt.as_json()]})
 
 
 def end_attempt(path: Path, start: float, end: float, outcome: str) -> None:
@@ -83,21 +107,21 @@ def site_cost(path: Path) -> dict[str, float | int | None]:
     return {"node_hours": node_seconds / 3600.0, "queue_s": queue, "attempts": len(attempts)}
 
 
-def slurm_attempt(job_id: str, state, outcome: str, cancelled: bool = False) -> dict[str, Any]:
+def slurm_attempt(job_id: str, state, outcome: str, cancelled: bool = False) -> Attempt:
     """An attempt from what scontrol says of the job (a supertune.slurm.commands.JobState); `cancelled`:
     the job is being cancelled now, so it ends now (scontrol's EndTime of a running job is its time
     limit, and a pending job's StartTime is only the scheduler's guess)."""
     import time
 
     started = state.state not in ("PENDING", "CONFIGURING", "REQUEUED") or not cancelled
-    return {
-        "job": job_id,
-        "nodes": state.num_nodes or 1,
-        "submit": _slurm_time(state.submit_time),
-        "start": _slurm_time(state.start_time) if started else None,
-        "end": float(int(time.time())) if cancelled else _slurm_time(state.end_time),
-        "outcome": outcome,
-    }
+    return Attempt(
+        job=job_id,
+        nodes=state.num_nodes or 1,
+        submit=_slurm_time(state.submit_time),
+        start=_slurm_time(state.start_time) if started else None,
+        end=float(int(time.time())) if cancelled else _slurm_time(state.end_time),
+        outcome=outcome,
+    )
 
 
 def _slurm_time(text: str) -> float | None:

@@ -34,6 +34,7 @@ from ....file_table import file_table
 from ....transfer import PACKAGE_MANIFEST, package_problems, read_package
 from ...config.durations import deadline_seconds, duration_text
 from ...config.schema import FederationConfig
+from ...rounds.attempts import cut_reason, leave_out, reason_of
 from ...rounds.deadline import forget_start
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
@@ -143,7 +144,7 @@ class AgentsExecutor:
                     except UserError as exc:
                         if not decides:
                             raise
-                        said = str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                        said = reason_of(exc, w.label)
                         failed[name] = (f"refused: {said}", 1)
                         log.warning("%s: %s", w.label, exc)
                 elif report is not None and report.get("start") == start["unix"]:  # not one of an earlier start
@@ -162,10 +163,8 @@ class AgentsExecutor:
             ask, self.fed.poll_seconds, lambda: f"round {number} of {', '.join(sorted(pending))} at the exchange"
         )
         if failed:
-            from ...rounds.quorum import leave_out_failed_sites
-
             try:
-                leave_out_failed_sites(self.fed, work, failed, deadline=self.fed.round_deadline if until else None)
+                leave_out(self.fed, work, failed, until)
             except UserError:
                 # Below the quorum: the next run starts the round again, with a new start record that
                 # the failed sites' agents take as their cue to try again (with a deadline, already done).
@@ -176,7 +175,7 @@ class AgentsExecutor:
         """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""
         attempts = [a for a in report.get("attempts") or [] if isinstance(a, dict)]
         write_receipt(w.directory / "cost.json", {"attempts": attempts})
-        reason = str(report.get("reason") or "failed at the site")[:300]
+        reason = cut_reason(str(report.get("reason") or "failed at the site"))
         tries = report.get("tries")
         tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else len(attempts)
         log.warning("%s: its agent reports %s (%d attempt%s)", w.label, reason, tries, "s" if tries != 1 else "")

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from ....errors import UserError
 from ...config.schema import FederationConfig
+from ...rounds.attempts import leave_out, not_started, reason_of, round_deadline
 from ...rounds.failures import FederationError, SiteLate, deadline_text, job_exit_text, late_job_reason
 from ...rounds.log_tail import log_tail
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase, trained_record
-from ...state.layout import FederationDir, RoundDir
+from ...state.layout import FederationDir
 from ...state.receipts import checked_checkpoint, read_receipt, write_receipt
 
 __all__ = ["BuiltinExecutor", "builtin_executor"]
@@ -76,11 +77,8 @@ class BuiltinExecutor:
         another meanwhile, then the SLURM jobs waited for. A site that fails is run again (site_retries)
         while the round's deadline allows; one still unfinished at the deadline is ended (its local
         processes, its SLURM job cancelled). Those that failed or were late are left out (quorum.py)."""
-        from ...config.durations import deadline_seconds
-        from ...rounds.deadline import round_until
-
         works = work.train
-        until = round_until(RoundDir(work.averaged.parent, work.number), deadline_seconds(self.fed.round_deadline))
+        until = round_deadline(self.fed, work)
         failed: dict[str, tuple[str, int]] = {}
         submitted: dict[str, str | None] = {}
         for w in works:
@@ -102,9 +100,7 @@ class BuiltinExecutor:
                     failed[w.name] = outcome
         failed.update(self._wait_for_training(works, jobs, until))
         if failed:
-            from ...rounds.quorum import leave_out_failed_sites
-
-            leave_out_failed_sites(self.fed, work, failed, deadline=self.fed.round_deadline if until else None)
+            leave_out(self.fed, work, failed, until)
 
     def _give_up(self, exc: FederationError, until: float | None) -> bool:
         """Whether a site's last failure stops the federation at once: no quorum and no deadline to decide by."""
@@ -120,11 +116,11 @@ class BuiltinExecutor:
         reason = None
         for attempt in range(1, attempts + 1):
             if until is not None and time.time() >= until:
-                wait = deadline_text(self.fed)
                 if reason is None:
                     local = sum(s.where == "local" for s in self.fed.sites)
-                    why = " (the sites on this machine train one after another)" if local > 1 else ""
-                    reason = f"late: not started after {wait}{why}"
+                    reason = not_started(
+                        self.fed, " (the sites on this machine train one after another)" if local > 1 else ""
+                    )
                     log.warning("%s: %s; left for the quorum", w.label, reason)
                 return reason, attempt - 1
             try:
@@ -132,7 +128,7 @@ class BuiltinExecutor:
                 self._record(w)
                 return None
             except FederationError as exc:
-                reason = exc.reason or str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                reason = exc.reason or reason_of(exc, w.label)
                 if isinstance(exc, SiteLate):
                     log.warning("%s: %s; its processes were ended", w.label, reason)
                     return reason, attempt
@@ -148,7 +144,7 @@ class BuiltinExecutor:
     def _train_here(self, w: SiteWork, until: float | None = None) -> None:
         from ....resolve import resolve
         from ....runs.local import train_logged
-        from ...state.cost import record_attempt
+        from ...state.cost import Attempt, record_attempt
 
         assert w.run is not None
         logfile = w.directory / "train.log"
@@ -158,7 +154,7 @@ class BuiltinExecutor:
             resolution = resolve(w.config, [])
             outcome = train_logged(resolution, w.run, logfile, until=until)
         except UserError as exc:
-            raise FederationError(f"{w.label}: {exc}", reason=f"failed: {str(exc).splitlines()[0][:300]}") from None
+            raise FederationError(f"{w.label}: {exc}", reason=f"failed: {reason_of(exc)}") from None
         finally:
             ended = time.time()
         code = outcome.exit_code
@@ -171,11 +167,11 @@ class BuiltinExecutor:
             if code < 0
             else f"failed: exit {code}"
         )
+        nproc = resolution.config.launch.nproc
         record_attempt(
             w.directory / "cost.json",
-            {"job": None, "nodes": 1, "processes": resolution.config.launch.nproc, "submit": started, "start": started,
-             "end": ended, "outcome": result},
-        )  # fmt: skip
+            Attempt(job=None, nodes=1, submit=started, start=started, end=ended, outcome=result, processes=nproc),
+        )
         if outcome.late:
             raise SiteLate(f"{w.label}: {result}; its processes were ended", reason=result)
         if code != 0:
@@ -195,7 +191,7 @@ class BuiltinExecutor:
         cost.json without a job or node time. Returns (job id, or None when the run has finished
         already; the attempt; None) or, every attempt failed, (None, the attempts, the reason); without
         a quorum and a deadline the last failure is raised."""
-        from ...state.cost import record_attempt
+        from ...state.cost import Attempt, record_attempt
 
         attempts = 1 + self.fed.site_retries
         while True:
@@ -203,8 +199,10 @@ class BuiltinExecutor:
                 return self._submit_training(w), tries, None
             except FederationError as exc:
                 reason = exc.reason or "failed: submitting its job"
-                record_attempt(w.directory / "cost.json", {"job": None, "nodes": None, "submit": None, "start": None,
-                                                           "end": None, "outcome": reason})  # fmt: skip
+                record_attempt(
+                    w.directory / "cost.json",
+                    Attempt(job=None, nodes=None, submit=None, start=None, end=None, outcome=reason),
+                )
                 pause = self.fed.poll_seconds
                 if tries < attempts and (until is None or time.time() + pause < until):
                     log.warning("%s: attempt %d of %d failed; trying again in %gs: %s", w.label, tries, attempts,
@@ -227,7 +225,7 @@ class BuiltinExecutor:
         try:
             started = start_slurm(resolve(w.config, [f"launch.cluster={w.site.where}"]), str(w.run), if_queued="keep")
         except UserError as exc:
-            said = str(exc).splitlines()[0][:300]
+            said = reason_of(exc)
             raise FederationError(
                 f"{w.label}: submitting the training failed: {exc}", reason=f"failed: submitting its job: {said}"
             ) from None
@@ -317,7 +315,7 @@ class BuiltinExecutor:
             write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
         except UserError as exc:  # its checkpoint does not match its manifest: not averaged
             said = str(exc).removeprefix(f"{w.label}: ")
-            raise FederationError(str(exc), reason=f"refused: {said.splitlines()[0][:300]}") from None
+            raise FederationError(str(exc), reason=f"refused: {reason_of(said)}") from None
         return True
 
     # -- evaluation -------------------------------------------------------------------------------

@@ -148,15 +148,12 @@ class StreamFlowExecutor:
         quorum, else the round stops saying how to go on (quorum.py)."""
         import time
 
-        from ...config.durations import deadline_seconds
-        from ...rounds.deadline import round_until
+        from ...rounds.attempts import leave_out, not_started, round_deadline
         from ...rounds.failures import deadline_text
-        from ...rounds.quorum import leave_out_failed_sites
-        from ...state.layout import RoundDir
 
         n = work.number
         files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
-        until = round_until(RoundDir(work.averaged.parent, n), deadline_seconds(self.fed.round_deadline))
+        until = round_deadline(self.fed, work)
         attempts = 1 + self.fed.site_retries
         pending = list(work.train)
         failed: dict[str, tuple[str, int]] = {}
@@ -185,11 +182,11 @@ class StreamFlowExecutor:
             if not pending or late:
                 break
         for w in pending:  # the deadline passed before its first attempt (a round resumed late)
-            failed.setdefault(w.name, (f"late: not started after {deadline_text(self.fed)}", 0))
+            failed.setdefault(w.name, (not_started(self.fed), 0))
         if pending:
-            leave_out = {w.name: failed[w.name] for w in pending}
-            leave_out_failed_sites(self.fed, work, leave_out, deadline=self.fed.round_deadline if until else None)
-            for name, (reason, _) in leave_out.items():
+            left = {w.name: failed[w.name] for w in pending}
+            leave_out(self.fed, work, left, until)
+            for name, (reason, _) in left.items():
                 log.warning(
                     "%s round %d: left out of the round (%s); it trains again in the next round", name, n, reason
                 )

@@ -13,6 +13,7 @@ from pathlib import Path
 from ....errors import UserError
 from ...config.schema import FederationConfig
 from ...config.site_login import login_ssh_words
+from ...rounds.attempts import cut_reason, reason_of
 from ...rounds.loop import RoundWork
 from ...state.receipts import read_receipt, write_receipt
 from .cwl import RoundFiles, SitePlace, job_name
@@ -40,7 +41,7 @@ def training_outcomes(work: RoundWork, files: RoundFiles, interrupted: str, late
         try:
             record = read_receipt(path)
         except UserError as exc:
-            outcomes[w.name] = f"refused: {str(exc)[:300]}"
+            outcomes[w.name] = f"refused: {cut_reason(str(exc))}"
             continue
         if not w.site.login:  # the run is on this machine: read here (the step may have been ended after it)
             assert w.run is not None
@@ -49,7 +50,7 @@ def training_outcomes(work: RoundWork, files: RoundFiles, interrupted: str, late
                     write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
                     outcomes[w.name] = None
                 except UserError as exc:
-                    said = str(exc).removeprefix(f"{w.label}: ").splitlines()[0][:300]
+                    said = reason_of(exc, w.label)
                     outcomes[w.name] = f"refused: {said}"
                 continue
         elif record is not None and record.get("site") == w.name and record.get("round") == w.round:
@@ -120,4 +121,4 @@ def failure_reported(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     failed = data.get("failed") if isinstance(data, dict) else None
-    return str(failed)[:300] if failed else None
+    return cut_reason(str(failed)) if failed else None

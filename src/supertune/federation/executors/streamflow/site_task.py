@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ....errors import UserError
+from ...rounds.failures import FederationError
 from ...state.receipts import write_receipt
 
 __all__ = ["add_arguments", "run", "link_tree", "START_MODEL", "TRAIN_LOG"]
@@ -97,6 +98,7 @@ def train(
     succeeds: StreamFlow ends every other step of a workflow when one fails, and the other sites'
     training must go on for the quorum. Returns the record written."""
     from ....rundir import RunDir
+    from ...rounds.attempts import reason_of
     from ...rounds.phases import trained_record
     from ...state.ownership import claim_site_dir
 
@@ -119,7 +121,7 @@ def train(
             link_tree(global_model, start)
             code = _train_run(site, number, kept, start, run.path, site_dir / TRAIN_LOG, site_dir / COST)
             if code != 0:
-                raise TrainingFailed(
+                raise FederationError(
                     f"{site} round {number}: training stopped (exit code {code}); see {site_dir / TRAIN_LOG}; the run "
                     f"in {run.path} resumes when the round runs again",
                     f"failed: {_exit_text(code)}",
@@ -127,9 +129,9 @@ def train(
         try:
             record = trained_record(site, number, run.path)
         except UserError as exc:  # its checkpoint does not match its manifest: not averaged
-            said = str(exc).removeprefix(f"{site} round {number}: ").splitlines()[0][:300]
-            raise TrainingFailed(str(exc), f"refused: {said}") from None
-    except TrainingFailed as exc:
+            said = reason_of(exc, f"{site} round {number}")
+            raise FederationError(str(exc), f"refused: {said}") from None
+    except FederationError as exc:
         if not report_failure:
             raise
         print(f"supertune: {exc}", flush=True)
@@ -141,14 +143,6 @@ def train(
     link_tree(Path(record["checkpoint"]), out / f"checkpoint-{site}")
     write_receipt(receipt, record)
     return record
-
-
-class TrainingFailed(UserError):
-    """A site's training failed or its checkpoint was refused; `reason` is the round table's short form."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def _exit_text(code: int) -> str:
@@ -168,7 +162,7 @@ def _train_run(site: str, number: int, config: Path, start: Path, run: Path, log
     from ....resolve import resolve
     from ....runs.local import train_logged
     from ....runs.slurm import prepare_slurm, run_script_here
-    from ...state.cost import RUNNING, end_attempt, record_attempt
+    from ...state.cost import RUNNING, Attempt, end_attempt, record_attempt
 
     model = f"model.name_or_path={start}"
     label = f"{site} round {number}"
@@ -176,9 +170,10 @@ def _train_run(site: str, number: int, config: Path, start: Path, run: Path, log
     if load_saved_config(config).launch.cluster == "local":
         resolution = resolve(config, [model])
         started = time.time()
-        attempt = {"job": None, "nodes": 1, "processes": resolution.config.launch.nproc, "submit": started,
-                   "start": started, "end": None, "outcome": RUNNING}  # fmt: skip
-        record_attempt(cost, attempt)
+        nproc = resolution.config.launch.nproc
+        record_attempt(
+            cost, Attempt(job=None, nodes=1, submit=started, start=started, end=None, outcome=RUNNING, processes=nproc)
+        )
         code = 1
         try:
             code = train_logged(resolution, run, logfile).exit_code
