@@ -49,7 +49,7 @@ ARMS = {
 
 def _federation(root: Path, transfer: dict, rounds: int, steps: int, seed: int | None = None) -> Path:
     sys.path.insert(0, str(REPO / "src"))
-    from supertune.federation.default import site_corpus
+    from supertune.federation.config.default import site_corpus
 
     sites = []
     for name in ("site-a", "site-b"):

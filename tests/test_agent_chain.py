@@ -19,7 +19,7 @@ import yaml
 
 from cluster.slurm_cluster import SlurmCluster, wait_for_text
 from slurm_fixtures import supertune
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 
 def _jobs(agent: Path) -> list[str]:
@@ -141,7 +141,7 @@ def test_a_link_whose_exchange_is_unreachable_waits_and_submits_the_next_link(tm
     OUTAGE_EXIT (the exchange stayed unreachable) is followed by the wait and the next link's submission
     (here cut short by the USR1 a link gets before its time limit); any other failure ends the chain."""
     from supertune.clusters.schema import ClusterProfile
-    from supertune.federation.agent_chain import OUTAGE_EXIT, AgentChain, render_chain_script
+    from supertune.federation.executors.agents.agent_chain import OUTAGE_EXIT, AgentChain, render_chain_script
 
     python = tmp_path / "python"
     python.write_text(

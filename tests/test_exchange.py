@@ -184,8 +184,8 @@ def test_the_plan_forecasts_each_rounds_time_from_a_measured_link(tmp_path, ssh_
 
 
 def test_the_forecast_names_what_dominates_a_round_and_what_shortens_it():
-    from supertune.federation.round_forecast import Link, PlannedRow, forecast_lines
-    from supertune.federation.schema import FederationConfig, TransferConfig
+    from supertune.federation.config.schema import FederationConfig, TransferConfig
+    from supertune.federation.reports.round_forecast import Link, PlannedRow, forecast_lines
 
     link = Link("ssh://vm/srv/fed", round_trip_s=0.05, upload_mb_s=1.0, download_mb_s=10.0, source="link.json")
     # 13.5 GB up at 1 MB/s against 600 s of training: the upload dominates; int8 changes are the way out
@@ -205,7 +205,7 @@ def test_the_forecast_names_what_dominates_a_round_and_what_shortens_it():
 
 def test_agents_settings_are_checked_with_the_federation(tmp_path):
     from supertune.config.errors import ConfigError
-    from supertune.federation.load import load_federation
+    from supertune.federation.config.load import load_federation
 
     def problems(**config) -> str:
         path = tmp_path / "federation.yaml"

@@ -16,7 +16,7 @@ import yaml
 from safetensors.numpy import load_file
 
 from federation_copies import copy_before_average, copy_through_round_one_training
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 TINY_SITE = [
     "generate.max_new_tokens=0",
@@ -294,8 +294,8 @@ def test_the_key_reference_in_the_docs_is_current(repo: Path) -> None:
 def test_a_site_reached_over_ssh_is_checked_here_for_types_only(tmp_path: Path) -> None:
     """Its data lives at the site: paths that do not exist here pass, a wrong type does not."""
     from supertune.config.errors import ConfigError
-    from supertune.federation.schema import FederationConfig, SiteConfig
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.config.sites import resolve_sites
 
     remote = ["data.train_files=/site/scratch/corpus/*.jsonl", "data.validation_files=/site/scratch/valid.jsonl"]
 
@@ -320,8 +320,8 @@ def test_a_warmup_as_long_as_a_round_is_warned_about_once_per_site(caplog: pytes
     above steps_per_round the configured learning rate is never reached, and the log says so."""
     import logging
 
-    from supertune.federation.schema import FederationConfig, SiteConfig
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.config.sites import resolve_sites
 
     def fed(warmup: str) -> FederationConfig:
         return FederationConfig(sites=[
@@ -414,9 +414,9 @@ def test_a_site_that_fails_for_good_is_shown_failed_and_dropped_with_its_rounds_
 
 def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_one(tmp_path: Path) -> None:
     from supertune.errors import UserError
-    from supertune.federation.history import active_federation, drop_sites, dropped_sites
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.state.history import active_federation, drop_sites, dropped_sites
+    from supertune.federation.state.layout import FederationDir
 
     fed = FederationConfig(rounds=2, sites=[SiteConfig(name="a"), SiteConfig(name="b"), SiteConfig(name="c")])
     root = FederationDir(tmp_path)
@@ -441,8 +441,8 @@ def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Pat
 
     sys.path.insert(0, str(Path(__file__).parent))
     from average_models import make_checkpoint, save_model, tensors
-    from supertune.federation.phases import average_round
-    from supertune.federation.schema import FederationConfig, SiteConfig
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.rounds.phases import average_round
 
     site = make_checkpoint(save_model(tmp_path / "site-a", 3), tokens=640, samples=5)
     fed = FederationConfig(rounds=2, sites=[SiteConfig(name="site-a")])
@@ -457,8 +457,8 @@ def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Pat
 # FSDP sites averaged from their sharded checkpoints, two rounds: tests/recipes/test_recipe_two_site_llama.py.
 def test_kept_optimizer_state_is_refused_at_an_fsdp_site() -> None:
     from supertune.config.errors import ConfigError
-    from supertune.federation.schema import FederationConfig, SiteConfig
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.config.sites import resolve_sites
 
     sites = [SiteConfig(name="a", overrides=["distributed.strategy=fsdp"]), SiteConfig(name="b")]
     assert [p.config.distributed.strategy for p in resolve_sites(FederationConfig(sites=sites))] == ["fsdp", "ddp"]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 from supertune.transfer import PACKAGE_MANIFEST
 from transfer_decoding import decoded_change
 
@@ -96,8 +96,8 @@ def test_a_federation_whose_sites_send_int8_changes(builtin: Path, tmp_path: Pat
     (again / "round-001" / "site-a").mkdir(parents=True)
     os.symlink(fed / "round-001" / "site-a" / "sent", again / "round-001" / "site-a" / "sent")
     send = (
-        "import sys; from pathlib import Path; from supertune.federation.layout import FederationDir; "
-        "from supertune.federation.load import load_federation; from supertune.federation.site_result import send_result; "
+        "import sys; from pathlib import Path; from supertune.federation.state.layout import FederationDir; "
+        "from supertune.federation.config.load import load_federation; from supertune.federation.rounds.site_result import send_result; "
         "fed, _ = load_federation(sys.argv[1]); "
         "send_result(fed, FederationDir(sys.argv[2]), 2, 'site-a', sys.argv[3], Path(sys.argv[4]))"
     )

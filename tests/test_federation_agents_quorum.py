@@ -29,7 +29,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 DEADLINE = 60
 """Seconds a round's training may take: site-a's evaluation, 2 steps and its upload fit well within."""
@@ -144,14 +144,14 @@ def test_an_agents_federation_goes_on_without_a_late_site_and_a_failed_one(tmp_p
 def test_a_round_below_its_quorum_starts_again_and_the_failed_agents_with_it(tmp_path: Path) -> None:
     from supertune.errors import UserError
     from supertune.exchange import Exchange, parse_exchange
-    from supertune.federation import exchange_layout as names
-    from supertune.federation.agents import AgentsExecutor
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.quorum import skip_sites
-    from supertune.federation.receipts import read_receipt, write_receipt
-    from supertune.federation.rounds import RoundWork, SiteWork
-    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
-    from supertune.federation.site_agent import _Agent
+    from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.executors.agents import exchange_layout as names
+    from supertune.federation.executors.agents.coordinator import AgentsExecutor
+    from supertune.federation.executors.agents.site_agent import _Agent
+    from supertune.federation.rounds.loop import RoundWork, SiteWork
+    from supertune.federation.rounds.quorum import skip_sites
+    from supertune.federation.state.layout import FederationDir
+    from supertune.federation.state.receipts import read_receipt, write_receipt
 
     sites = [SiteConfig(name=n) for n in ("a", "b", "c")]
     fed = FederationConfig(name="q", rounds=1, executor="agents", exchange=str(tmp_path / "exchange"), poll_seconds=1,

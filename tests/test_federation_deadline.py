@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from federation_copies import copy_before_average, copy_through_round_one_training, rehome_receipts
-from supertune.federation.deadline import deadline_problem, deadline_seconds, duration_text
-from supertune.federation.default import site_corpus
-from supertune.federation.load import federation_problems
-from supertune.federation.schema import FederationConfig, SiteConfig
+from supertune.federation.config.default import site_corpus
+from supertune.federation.config.durations import deadline_problem, deadline_seconds, duration_text
+from supertune.federation.config.load import federation_problems
+from supertune.federation.config.schema import FederationConfig, SiteConfig
 
 SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.warmup_steps=0", "data.max_eval_samples=8"]
 
@@ -131,9 +131,9 @@ def test_a_site_that_fails_in_round_two_only_is_left_out_and_rejoins(failing: Pa
         in markdown
     )
     # rounds.png: beside loss by round, each site's global loss against the federation's node-hours so far
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.load import load_federation
-    from supertune.federation.table import loss_figure
+    from supertune.federation.config.load import load_federation
+    from supertune.federation.reports.table import loss_figure
+    from supertune.federation.state.layout import FederationDir
 
     figure = loss_figure(load_federation(str(failing))[0], FederationDir(failing))
     by_round, spent = figure.axes

@@ -15,7 +15,7 @@ import yaml
 from safetensors.numpy import load_file
 
 from federation_copies import copy_through_round_one_training, rehome_receipts
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 LORA_SITE = [
     "generate.max_new_tokens=0",
@@ -187,8 +187,8 @@ def test_a_server_optimizer_steps_what_is_averaged(lora: str, adapters: Path, tm
 
 def test_sites_that_cannot_be_averaged_together_are_refused_in_one_line_each(tmp_path: Path) -> None:
     from supertune.config.errors import ConfigError
-    from supertune.federation.load import load_federation
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.load import load_federation
+    from supertune.federation.config.sites import resolve_sites
 
     def problems(
         site_b: list[str], aggregation: dict | None = None, every: list[str] | None = None, **extra
@@ -271,8 +271,8 @@ def test_a_site_killed_while_continuing_the_global_adapter_resumes_to_the_same_a
 
 def test_a_global_adapter_is_refused_for_a_site_reached_over_ssh() -> None:
     from supertune.config.errors import ConfigError
-    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.config.sites import resolve_sites
 
     def fed(lora: str) -> FederationConfig:
         lora_on = ["model.lora.enabled=true", "generate.max_new_tokens=0"]
@@ -373,8 +373,8 @@ def test_site_agents_send_their_adapters_and_the_coordinator_averages_the_merged
     assert not list(fed_dir.glob("round-*/*/run")) and list((tmp_path / "site-a").glob("round-001/site-a/run"))
 
     from supertune.config.errors import ConfigError
-    from supertune.federation.load import load_federation
-    from supertune.federation.sites import resolve_sites
+    from supertune.federation.config.load import load_federation
+    from supertune.federation.config.sites import resolve_sites
 
     data["aggregation"] = {"lora": "adapters"}
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

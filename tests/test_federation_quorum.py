@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from supertune.errors import UserError
-from supertune.federation.default import site_corpus
-from supertune.federation.load import federation_problems
-from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+from supertune.federation.config.default import site_corpus
+from supertune.federation.config.load import federation_problems
+from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
 
 
 def _fed(**extra) -> FederationConfig:
@@ -56,8 +56,8 @@ def test_participation_and_quorum_settings_are_checked_all_at_once() -> None:
 
 
 def _round(tmp_path: Path, finished: list[str], failing: list[str]):
-    from supertune.federation.receipts import write_receipt
-    from supertune.federation.rounds import RoundWork, SiteWork
+    from supertune.federation.rounds.loop import RoundWork, SiteWork
+    from supertune.federation.state.receipts import write_receipt
 
     root = tmp_path / "fed"
     work = RoundWork(
@@ -78,7 +78,7 @@ def _round(tmp_path: Path, finished: list[str], failing: list[str]):
 
 
 def test_a_round_below_its_quorum_stops_saying_how_to_go_on_and_decides_nothing(tmp_path: Path) -> None:
-    from supertune.federation.quorum import leave_out_failed_sites
+    from supertune.federation.rounds.quorum import leave_out_failed_sites
 
     work = _round(tmp_path, ["a"], ["b", "c"])
     failed = {"b": ("local training stopped (exit code 2)", 2), "c": ("local training stopped (exit code 137)", 2)}
@@ -95,7 +95,7 @@ def test_a_round_below_its_quorum_stops_saying_how_to_go_on_and_decides_nothing(
 
 
 def test_a_round_that_meets_its_quorum_leaves_the_failed_site_out_with_a_receipt(tmp_path: Path) -> None:
-    from supertune.federation.quorum import leave_out_failed_sites
+    from supertune.federation.rounds.quorum import leave_out_failed_sites
 
     work = _round(tmp_path, ["a", "c"], ["b"])
     leave_out_failed_sites(
@@ -144,7 +144,7 @@ def test_a_site_that_fails_every_attempt_is_left_out_and_the_round_goes_on(tmp_p
 def test_fixed_weights_follow_the_sites_averaged_when_some_are_not_in_the_round(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from average_models import make_checkpoint, save_model
-    from supertune.federation.phases import average_round
+    from supertune.federation.rounds.phases import average_round
 
     fed = FederationConfig(
         rounds=2,
@@ -165,10 +165,10 @@ def test_fixed_weights_follow_the_sites_averaged_when_some_are_not_in_the_round(
 def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Path) -> None:
     """The work of round 2 (every receipt there but the average: nothing to train or evaluate) names the
     sites in it: not one whose until_round has passed, not one left out of it after failing."""
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.receipts import write_receipt
-    from supertune.federation.rounds import _round_work
-    from supertune.federation.sites import SitePlan
+    from supertune.federation.config.sites import SitePlan
+    from supertune.federation.rounds.loop import round_work
+    from supertune.federation.state.layout import FederationDir
+    from supertune.federation.state.receipts import write_receipt
 
     sites = [SiteConfig(name="a"), SiteConfig(name="b", until_round=1), SiteConfig(name="c"), SiteConfig(name="d")]
     fed = FederationConfig(rounds=2, sites=sites)
@@ -180,15 +180,15 @@ def test_a_round_holds_only_its_sites_and_not_those_left_out_of_it(tmp_path: Pat
         write_receipt(rd.site(name).evaluated, {"eval_loss": 1.0})
     write_receipt(rd.site("d").left_out, {"reason": "local training stopped (exit code 2)", "attempts": 1})
     plans = [SitePlan(s, None, "") for s in sites]  # type: ignore[arg-type]  # the configs are not read: all trained
-    work = _round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
+    work = round_work(fed, plans, root, 2, tmp_path / "previous", tmp_path / "base")
     assert list(work.trained) == ["a", "c"] and work.average and not work.train and not work.evaluate
     assert work.left_out == {"d": "local training stopped (exit code 2)"}
 
 
 def test_skip_site_leaves_a_site_out_of_the_next_round_only_and_refuses_what_it_cannot(tmp_path: Path) -> None:
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.quorum import skip_sites
-    from supertune.federation.receipts import write_receipt
+    from supertune.federation.rounds.quorum import skip_sites
+    from supertune.federation.state.layout import FederationDir
+    from supertune.federation.state.receipts import write_receipt
 
     root = FederationDir(tmp_path)
     sites = [SiteConfig(name="a"), SiteConfig(name="b"), SiteConfig(name="c", from_round=2)]

@@ -14,9 +14,9 @@ import pytest
 from average_models import make_checkpoint, save_model
 from supertune.cli.main import main
 from supertune.errors import UserError
-from supertune.federation.layout import FederationDir
-from supertune.federation.receipts import checked_checkpoint, checked_global_model, read_receipt, write_receipt
-from supertune.federation.site_configs import keep_site_configs
+from supertune.federation.state.layout import FederationDir
+from supertune.federation.state.receipts import checked_checkpoint, checked_global_model, read_receipt, write_receipt
+from supertune.federation.state.site_configs import keep_site_configs
 
 TRAINED = {
     "site": "a", "round": 1, "run": "/r", "checkpoint": "/r/c", "step": 10, "tokens": 100, "samples": 4,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cluster.slurm_cluster import SlurmCluster
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=4", "data.max_eval_samples=24"]
 
@@ -193,7 +193,7 @@ def test_the_node_hours_of_a_two_node_job_are_its_nodes_times_its_time_as_slurm_
 ) -> None:
     """A site's cost (cost.py) from a real job on the two emulated nodes (`sbatch --nodes=2`, 3 s): the
     attempt read from scontrol records 2 nodes, and its node-hours are 2 x (EndTime - StartTime)."""
-    from supertune.federation.cost import record_attempt, site_cost, slurm_attempt
+    from supertune.federation.state.cost import record_attempt, site_cost, slurm_attempt
     from supertune.slurm.commands import job_state
 
     job = slurm_multi.sbatch(None, "--nodes=2", "--wrap=sleep 3")

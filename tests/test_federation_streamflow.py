@@ -39,8 +39,8 @@ from safetensors.numpy import load_file
 
 from cluster.slurm_cluster import SlurmCluster
 from supertune.errors import UserError
-from supertune.federation.default import site_corpus
-from supertune.federation.schema import FederationConfig, StreamFlowConfig
+from supertune.federation.config.default import site_corpus
+from supertune.federation.config.schema import FederationConfig, StreamFlowConfig
 
 SITE = ["generate.max_new_tokens=0", "training.report_to=[]", "training.logging_steps=2", "data.max_eval_samples=16"]
 STEPS = 4
@@ -49,7 +49,7 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def streamflow() -> str:
     """The streamflow executable the federation finds; missing it fails with CI set, else skips."""
-    from supertune.federation.streamflow import streamflow_command
+    from supertune.federation.executors.streamflow.executor import streamflow_command
 
     try:
         return streamflow_command(FederationConfig())
@@ -228,11 +228,11 @@ def _group_members(pgid: int) -> list[int]:
 def test_a_step_that_reported_success_without_its_output_fails_the_round(tmp_path: Path) -> None:
     """A SLURM job cancelled with scancel ends with exit code 0:15, which StreamFlow takes for a
     success: the executor reads every output itself. What is there is recorded, the rest is an error."""
-    from supertune.federation.cwl import RoundFiles
-    from supertune.federation.layout import FederationDir
-    from supertune.federation.rounds import RoundWork, SiteWork
-    from supertune.federation.schema import SiteConfig
-    from supertune.federation.streamflow import StreamFlowExecutor
+    from supertune.federation.config.schema import SiteConfig
+    from supertune.federation.executors.streamflow.cwl import RoundFiles
+    from supertune.federation.executors.streamflow.executor import StreamFlowExecutor
+    from supertune.federation.rounds.loop import RoundWork, SiteWork
+    from supertune.federation.state.layout import FederationDir
 
     sites = [SiteConfig(name="a"), SiteConfig(name="b")]
     root = FederationDir(tmp_path / "fed")
@@ -280,8 +280,8 @@ def test_the_streamflow_keys_are_checked_all_at_once(tmp_path: Path) -> None:
 
 
 def test_a_site_behind_a_login_node_is_slurm_wrapping_ssh() -> None:
-    from supertune.federation.cwl import RoundFiles, SitePlace, streamflow_config
-    from supertune.federation.rounds import RoundWork
+    from supertune.federation.executors.streamflow.cwl import RoundFiles, SitePlace, streamflow_config
+    from supertune.federation.rounds.loop import RoundWork
 
     fed = FederationConfig(
         name="llama", streamflow=StreamFlowConfig(ssh_key="/home/me/.ssh/id_ed25519", polling_seconds=30)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from supertune.cli.main import main
-from supertune.federation.default import site_corpus
+from supertune.federation.config.default import site_corpus
 
 
 @pytest.fixture(scope="module")

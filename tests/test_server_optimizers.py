@@ -196,8 +196,8 @@ def test_an_average_killed_mid_way_resumes_to_the_same_model_and_state(models, t
 def test_the_federations_round_average_uses_its_server_optimizer(models, tmp_path: Path) -> None:
     """Three rounds of a federation's average with FedAdam: each round's state beside its global model,
     read by the next round; the result is the reference's."""
-    from supertune.federation.phases import average_round
-    from supertune.federation.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
+    from supertune.federation.rounds.phases import average_round
 
     start, rounds = models
     s = SETTINGS["fedadam"]
@@ -219,3 +219,59 @@ def test_the_federations_round_average_uses_its_server_optimizer(models, tmp_pat
     x, m, v = _reference("fedadam", start, rounds)[-1]
     _assert_close(_state_dict(previous), x, "federation round 3 global")
     _assert_close(_state_dict(previous, "server-second-moment.safetensors"), v, "federation round 3 second moment")
+
+
+def test_every_record_is_tested_against_its_reference() -> None:
+    """A new optimizer's record comes with its reference in SETTINGS (and _reference) above."""
+    from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
+
+    assert sorted(SERVER_OPTIMIZERS) == sorted(SETTINGS)
+
+
+def test_the_docs_table_is_the_registry(repo: Path) -> None:
+    """docs/federated.md's table of server optimizers is the one their records generate, and names
+    each record's defaults."""
+    from supertune.averaging.server_optimizer_docs import server_optimizers_markdown
+    from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
+
+    table = server_optimizers_markdown()
+    assert table in (repo / "docs" / "federated.md").read_text(encoding="utf-8"), (
+        "docs/federated.md: replace the block between the server optimizers markers with "
+        "supertune.averaging.server_optimizer_docs.server_optimizers_markdown()"
+    )
+    rows = [line for line in table.splitlines() if line.startswith("| `") and "state (float32)" not in line]
+    assert [row.split("`")[1] for row in rows] == list(SERVER_OPTIMIZERS)
+    for row, o in zip(rows, SERVER_OPTIMIZERS.values(), strict=True):
+        assert f"| {o.lr:g} | {o.momentum:g}" in row
+
+
+def test_the_config_and_the_command_line_offer_the_registrys_names(tmp_path: Path) -> None:
+    """A federation's aggregation.server_optimizer and `supertune average --server-optimizer` take the
+    records' names, and refuse another in one line naming the field and every valid name."""
+    import yaml
+
+    from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
+    from supertune.cli.main import build_parser
+    from supertune.config.errors import ConfigError
+    from supertune.federation.config.load import load_federation
+
+    names = list(SERVER_OPTIMIZERS)
+    path = tmp_path / "federation.yaml"
+    sites = [{"name": "a"}, {"name": "b"}]
+    for name in names:
+        path.write_text(yaml.safe_dump({"sites": sites, "aggregation": {"server_optimizer": name}}), encoding="utf-8")
+        fed, _ = load_federation(path)
+        assert fed.aggregation.server_optimizer == name
+        assert fed.aggregation.server_lr == SERVER_OPTIMIZERS[name].lr
+    path.write_text(yaml.safe_dump({"sites": sites, "aggregation": {"server_optimizer": "fedadamw"}}), encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_federation(path)
+    (line,) = [p for p in refused.value.problems if "server_optimizer" in p]
+    assert line.startswith("aggregation.server_optimizer: 'fedadamw' is not one of " + ", ".join(names))
+    parser = build_parser()
+    args = parser.parse_args(
+        ["average", "a", "b", "--out", "c", "--global-model", "g", "--server-optimizer", names[-1]]
+    )
+    assert args.server_optimizer == names[-1]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["average", "a", "b", "--out", "c", "--server-optimizer", "fedadamw"])

@@ -283,7 +283,7 @@ def test_a_federation_is_one_tracked_group(tmp_path, capfd):
     import yaml
     from mlflow import MlflowClient
 
-    from supertune.federation.default import site_corpus
+    from supertune.federation.config.default import site_corpus
 
     sites = []
     for name in ("site-a", "site-b"):

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file, save_file
 from supertune.averaging import average_checkpoints
 from supertune.config.errors import ConfigError
 from supertune.errors import UserError
-from supertune.federation.load import load_federation
+from supertune.federation.config.load import load_federation
 from supertune.transfer import Codec, PackageWeights, read_package, write_package
 from supertune.transfer import package as package_module
 from supertune.weight_files.tensor_files import TensorFile, WeightFiles

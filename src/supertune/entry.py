@@ -52,12 +52,12 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ),
         EntryPoint(
             SITE_TASK,
-            "supertune.federation.site_task",
+            "supertune.federation.executors.streamflow.site_task",
             "one step of a federated round as StreamFlow runs it: train, average, evaluate; check a site's config there",
         ),
         EntryPoint(
             SITE_EVAL,
-            "supertune.federation.site_eval",
+            "supertune.federation.executors.builtin.site_eval",
             "a global model's loss on one site's validation data (a site's evaluation job)",
         ),
         EntryPoint(
@@ -67,7 +67,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ),
         EntryPoint(
             AGENT_LINK,
-            "supertune.federation.agent_link",
+            "supertune.federation.executors.agents.agent_link",
             "a link of `supertune federate --site NAME EXCHANGE --submit`: the site's agent, or the next link's submission",
         ),
         EntryPoint(

@@ -32,7 +32,7 @@ def test_two_rounds_of_two_fsdp_srun_sites_averaged_in_fp16(
 
     from supertune.averaging import average_checkpoints
     from supertune.embedded import default_tokenizer
-    from supertune.federation.default import site_corpus
+    from supertune.federation.config.default import site_corpus
 
     tokenizer_dir = tmp_path / "llama-tokenizer"  # the recipe's separate tokenizer path
     AutoTokenizer.from_pretrained(default_tokenizer()).save_pretrained(tokenizer_dir)

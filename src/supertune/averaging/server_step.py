@@ -23,7 +23,14 @@ from ..weight_files.dtypes import widen_into
 from ..weight_files.shard_writer import PlannedTensor, ShardWriter
 from ..weight_files.tensor_files import WeightFiles
 from .inputs import ModelInput, resolve_input
-from .server_optimizers import SERVER_OPTIMIZERS, default_lr, default_momentum, moments_kept, step_slice
+from .server_optimizers import (
+    DEFAULT_SERVER_OPTIMIZER,
+    SERVER_OPTIMIZERS,
+    default_lr,
+    default_momentum,
+    moments_kept,
+    step_slice,
+)
 
 __all__ = [
     "MOMENTUM_FILE",
@@ -76,8 +83,8 @@ class ServerStep:
     momentum_out: Path | None = None
     """Where the new first moment goes; None: <output>/server-momentum.safetensors (published with the output).
     The second moment (adaptive optimizers) is read and written beside it (second_moment_file)."""
-    optimizer: str = "fedavgm"
-    """fedavgm, nesterov, fedadam, fedyogi or fedadagrad."""
+    optimizer: str = DEFAULT_SERVER_OPTIMIZER
+    """A name of server_optimizers.SERVER_OPTIMIZERS."""
     beta2: float = 0.99
     """Decay of the second moment (fedadam, fedyogi)."""
     tau: float = 1e-3

@@ -30,6 +30,8 @@ def epilog() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER, SERVER_OPTIMIZERS, server_optimizer_names
+
     p.add_argument(
         "models",
         nargs="+",
@@ -65,29 +67,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     server.add_argument("--global-model", metavar="DIR", help="the previous global model g the inputs started from")
     server.add_argument(
         "--server-optimizer",
-        choices=["fedavgm", "fedadam", "fedyogi", "fedadagrad", "nesterov"],
-        help="how the averaged change d moves g (default fedavgm)",
+        choices=server_optimizer_names(),
+        help=f"how the averaged change d moves g (default {DEFAULT_SERVER_OPTIMIZER})",
     )
     server.add_argument(
         "--server-lr",
         type=float,
         metavar="LR",
-        help="server learning rate (default: fedavgm 1.0, nesterov 0.7, the adaptive ones 0.01)",
+        help=f"server learning rate (default: {', '.join(f'{o.name} {o.lr:g}' for o in SERVER_OPTIMIZERS.values())})",
     )
     server.add_argument(
         "--server-momentum",
         type=float,
         metavar="BETA",
-        help="server momentum (beta1) in [0, 1) (default: fedavgm 0, which keeps none; the others 0.9)",
+        help="server momentum (beta1) in [0, 1), 0 keeps none "
+        f"(default: {', '.join(f'{o.name} {o.momentum:g}' for o in SERVER_OPTIMIZERS.values())})",
     )
     server.add_argument(
-        "--server-beta2", type=float, metavar="B2", help="fedadam, fedyogi: decay of the second moment (default 0.99)"
+        "--server-beta2",
+        type=float,
+        metavar="B2",
+        help=f"{_reading('server_beta2')}: decay of the second moment (default 0.99)",
     )
     server.add_argument(
         "--server-tau",
         type=float,
         metavar="TAU",
-        help="fedadam, fedyogi, fedadagrad: added to sqrt(second moment), which starts at tau^2 (default 1e-3)",
+        help=f"{_reading('server_tau')}: added to sqrt(second moment), which starts at tau^2 (default 1e-3)",
     )
     server.add_argument(
         "--momentum-in",
@@ -102,8 +108,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _reading(key: str) -> str:
+    """The server optimizers whose step reads aggregation's `key`, from their records."""
+    from ..averaging.server_optimizers import SERVER_OPTIMIZERS
+
+    return ", ".join(o.name for o in SERVER_OPTIMIZERS.values() if key in o.uses)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..averaging import ServerStep, average_checkpoints
+    from ..averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER
     from ..byte_sizes import parse_byte_size
     from ..errors import UserError
 
@@ -137,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
             momentum=args.server_momentum,
             momentum_in=args.momentum_in,
             momentum_out=args.momentum_out,
-            optimizer=args.server_optimizer or "fedavgm",
+            optimizer=args.server_optimizer or DEFAULT_SERVER_OPTIMIZER,
             beta2=0.99 if args.server_beta2 is None else args.server_beta2,
             tau=1e-3 if args.server_tau is None else args.server_tau,
         )

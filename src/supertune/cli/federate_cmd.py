@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 "--site NAME EXCHANGE: give the exchange (a directory or ssh://[user@]host[:port]/path), and no --drop/--skip-site"
             )
-        from ..federation.site_agent import run_agent
+        from ..federation.executors.agents.site_agent import run_agent
 
         setup_logging()
         agent_dir = run_agent(args.site, args.federation, args.dir)
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 def _submit_chain(args: argparse.Namespace) -> int:
     from ..config.schema import RunConfig
     from ..errors import UserError
-    from ..federation.agent_chain import plan_chain, render_chain_script, submit_chain
+    from ..federation.executors.agents.agent_chain import plan_chain, render_chain_script, submit_chain
     from ..runs.submit_checks import placeholder_problems
 
     if not args.federation or args.drop or args.skip_site or args.plan or args.status:

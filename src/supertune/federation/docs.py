@@ -4,7 +4,7 @@ holds it between two markers; a test keeps it current)."""
 from __future__ import annotations
 
 from ..config.docs import config_keys
-from .schema import FederationConfig, SiteConfig
+from .config.schema import FederationConfig, SiteConfig
 
 __all__ = ["federation_keys_markdown", "BEGIN", "END"]
 

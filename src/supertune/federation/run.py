@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..output_dirs import check_output_dir, make_output_dir
-from .layout import FederationDir
-from .load import federation_text, load_federation
-from .schema import FederationConfig
+from .config.load import federation_text, load_federation
+from .config.schema import FederationConfig
+from .state.layout import FederationDir
 
 __all__ = ["federate", "federation_plan", "federation_cost_plan", "federation_status", "federation_dir"]
 
@@ -32,9 +32,10 @@ def federate(
 ) -> FederationDir:
     """Run (or resume) the federation in `path`, first dropping the sites in `drop` and leaving those in
     `skip` out of the next round; returns its directory."""
-    from .history import active_federation, drop_sites, first_unfinished_round, record_failure
-    from .rounds import run_rounds
-    from .sites import resolve_sites
+    from .config.executors import start_executor
+    from .config.sites import resolve_sites
+    from .rounds.loop import run_rounds
+    from .state.history import active_federation, drop_sites, first_unfinished_round, record_failure
 
     fed, resumed = load_federation(path)
     root = federation_dir(fed, resumed, explicit_dir)
@@ -55,7 +56,7 @@ def federate(
     if drop:
         drop_sites(fed, root, drop)
     if skip:
-        from .quorum import skip_sites
+        from .rounds.quorum import skip_sites
 
         skip_sites(fed, root, skip)
     active = active_federation(fed, root)  # without the dropped sites: the rounds still to run
@@ -72,7 +73,7 @@ def federate(
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
-    run_rounds(active, plans, root, _executor(active, root), everyone=fed)
+    run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
     return root
 
 
@@ -84,7 +85,7 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     from ..clusters.registry import load_profile
     from ..runs.submit_checks import submit_problems
     from ..slurm.jobs import render_job
-    from .sites import resolve_sites
+    from .config.sites import resolve_sites
 
     fed, resumed = load_federation(path)
     root = federation_dir(fed, resumed, explicit_dir)
@@ -130,7 +131,7 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
                 f"# ---- {site.name}: the job script of round {site.from_round} ({run_dir / 'job.sbatch'})\n{script}"
             )
     if fed.executor == "streamflow":
-        from .streamflow import dry_run_documents, streamflow_command
+        from .executors.streamflow.executor import dry_run_documents, streamflow_command
 
         lines.append(
             f"# StreamFlow runs each round's workflow (its files are written per round under {root.path}): {streamflow_command(fed)}"
@@ -143,10 +144,10 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
 def federation_cost_plan(path: str | None, explicit_dir: str | None, link: str | None = None) -> str:
     """The expected node-hours and bytes of the rounds still to run (cost_plan.py), and with `link` (a
     `doctor --exchange --out` file) the time of each (round_forecast.py); writes nothing."""
-    from .cost_plan import cost_plan_text
-    from .history import active_federation
-    from .round_forecast import read_link
-    from .sites import resolve_sites
+    from .config.sites import resolve_sites
+    from .reports.cost_plan import cost_plan_text
+    from .reports.round_forecast import read_link
+    from .state.history import active_federation
 
     measured = read_link(link) if link else None
     fed, resumed = load_federation(path)
@@ -199,23 +200,9 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
     return generic
 
 
-def _executor(fed: FederationConfig, root: FederationDir):
-    if fed.executor == "agents":
-        from .agents import AgentsExecutor
-
-        return AgentsExecutor(fed, root)
-    if fed.executor == "streamflow":
-        from .streamflow import StreamFlowExecutor
-
-        return StreamFlowExecutor(fed, root)
-    from .builtin import BuiltinExecutor
-
-    return BuiltinExecutor(fed)
-
-
 def federation_status(directory: str) -> str:
     """The per-round table of a federation directory, from its receipts."""
-    from .table import table_markdown
+    from .reports.table import table_markdown
 
     fed, resumed = load_federation(directory)
     if resumed is None:

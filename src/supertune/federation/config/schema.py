@@ -1,0 +1,138 @@
+"""The federation config schema: sites that train the same base model on their own data, and the
+rounds that average them. One typed dataclass per section, a docstring under every field (as in
+the run config); YAML is only data (`federation.load` builds and checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from ...averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER, server_optimizer_names
+from ...config.choices import OneOf
+from .executors import executor_names
+
+__all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "TransferConfig", "FederationConfig"]
+
+
+@dataclass
+class AggregationConfig:
+    """How the sites' models become the next global model (`supertune average`)."""
+
+    weights: Literal["tokens", "samples", "uniform"] = "tokens"
+    """Weight of each site: the tokens (or sequences) it trained on this round, or equal; a site's `weight` overrides."""
+    dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
+    """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
+    server_optimizer: Annotated[str, OneOf(server_optimizer_names)] = DEFAULT_SERVER_OPTIMIZER
+    """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated.md."""
+    server_lr: float | None = None
+    """Server learning rate; empty: the optimizer's default, 1 for fedavgm (plain FedAvg), 0.7 for nesterov, 0.01 for fedadam, fedyogi, fedadagrad."""
+    server_momentum: float | None = None
+    """Server momentum (beta1) in [0, 1); empty: 0 for fedavgm (none kept), 0.9 for the others."""
+    server_beta2: float = 0.99
+    """fedadam, fedyogi: decay of the second moment, in [0, 1)."""
+    min_sites: int | None = None
+    """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation."""
+    server_tau: float = 0.001
+    """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
+    lora: Literal["adapters", "merged"] = "adapters"
+    """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated.md."""
+
+
+@dataclass
+class TransferConfig:
+    """What each site sends to the aggregator after its training (docs/federated.md, "Sending less")."""
+
+    delta: bool = False
+    """Send the change from the round's global model instead of the model (with error feedback: what dtype loses of it is added to the site's next change)."""
+    dtype: Literal["same", "bf16", "fp16", "int8", "int4"] = "same"
+    """How the values travel: same (each tensor's own dtype), bf16, fp16 (2 bytes a value), int8 or int4 (blockwise absmax quantisation, 1 or 0.5 byte a value + 4/block_size; need delta)."""
+    block_size: int = 64
+    """int8, int4: values per block sharing one float32 scale; a multiple of 8 from 8 to 65536 (smaller: more precise, more bytes)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether sites send a transfer package rather than their checkpoint's weights."""
+        return self.delta or self.dtype != "same"
+
+
+@dataclass
+class SiteConfig:
+    """One site: its own run config, data and strategy, where it runs, and how much it trains per round."""
+
+    name: str = ""
+    """Short name: letters, digits, '-', '_' (names folders and jobs)."""
+    config: str | None = None
+    """The site's run config YAML (relative to the federation file); empty: supertune's defaults."""
+    overrides: list[str] = field(default_factory=list)
+    """section.key=value overrides over the site's config, e.g. [data.train_files=/data/de/*.jsonl, distributed.strategy=zero2]."""
+    steps_per_round: int = 20
+    """Optimizer steps the site trains in each round."""
+    where: str = "local"
+    """local (processes on this machine, launch.nproc of them), or a cluster profile: the site's SLURM job per round."""
+    weight: float | None = None
+    """A fixed weight for this site instead of aggregation.weights (all sites or none)."""
+    login: str | None = None
+    """StreamFlow only: the site's login node as [user@]host[:port], reached over SSH; empty: this machine."""
+    workdir: str | None = None
+    """StreamFlow only, with login: an absolute directory on the site for its files (global models, runs, StreamFlow's step folders)."""
+    python: str | None = None
+    """StreamFlow only, with login: the site's Python with supertune installed, e.g. /project/me/supertune/.venv/bin/python."""
+    from_round: int = 1
+    """The first round the site trains in (it joins from the global model of the round before)."""
+    until_round: int | None = None
+    """The last round the site trains in; empty: the federation's last."""
+
+    def in_round(self, number: int) -> bool:
+        """Whether the site trains in round `number` (round 0, the base model's evaluation, has every site)."""
+        return number == 0 or (self.from_round <= number and (self.until_round is None or number <= self.until_round))
+
+
+@dataclass
+class StreamFlowConfig:
+    """Running each round through StreamFlow (executor: streamflow)."""
+
+    command: str = "streamflow"
+    """The streamflow executable (0.2.0rc3): a path, or a name on PATH; the default falls back to <repo>/.venv-streamflow/bin/streamflow (scripts/env.sh makes it)."""
+    ssh_key: str | None = None
+    """Private key for the sites' login nodes; empty: the SSH agent and default keys."""
+    polling_seconds: int = 5
+    """How often StreamFlow asks a site's SLURM for its jobs."""
+
+
+@dataclass
+class FederationConfig:
+    """Federated training: rounds of local training at every site, then a token-weighted average."""
+
+    name: str = "federation"
+    """Name of the federation: prefix of its directory and of its jobs."""
+    base_model: str | None = None
+    """The model every site starts from in round 1: a model directory, a run directory or a local hub id; empty: the embedded tiny Llama, built once with fresh weights."""
+    base_config_overrides: dict[str, Any] = field(default_factory=dict)
+    """With an empty base_model: fields of the embedded tiny Llama's config to change, e.g. {num_hidden_layers: 2}."""
+    seed: int = 42
+    """Seed of the base model's fresh weights (empty base_model). A site's data order in round r comes from its own training.data_seed (or seed) + r - 1."""
+    rounds: int = 3
+    """Rounds of local training and averaging (at most 10000)."""
+    optimizer_state: Literal["fresh", "kept"] = "fresh"
+    """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    """Averaging."""
+    executor: Annotated[str, OneOf(executor_names)] = "builtin"
+    """builtin: local processes and SLURM jobs on clusters reachable from here; streamflow: one `streamflow run` per round; agents: each site runs `supertune federate --site NAME EXCHANGE` and meets this machine at the exchange."""
+    exchange: str | None = None
+    """executor: agents: where the sites and this machine meet, a directory (a filesystem all of them mount) or ssh://[user@]host[:port]/absolute/path."""
+    site_retries: int = 0
+    """Times a site's failed training (non-zero exit, a checkpoint that does not match its manifest, a SLURM job sbatch could not submit: tried again poll_seconds later) is run again in the same round (within round_deadline), resuming from its latest checkpoint, before the site counts as failed."""
+    round_deadline: str | None = None
+    """Wall clock a round may take from its start, queue time included: 2h, 90m, 1h30m or seconds; then the round is averaged over the sites that finished (at least aggregation.min_sites), late sites' jobs are cancelled and they rejoin next round; empty: none."""
+    poll_seconds: float = 5.0
+    """Seconds between looks at a site's SLURM job while waiting for it, and before a failed submission is tried again (site_retries)."""
+    streamflow: StreamFlowConfig = field(default_factory=StreamFlowConfig)
+    """StreamFlow settings."""
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    """What sites send: their model or their change, and in which dtype."""
+    benchmarks: list[str] = field(default_factory=list)
+    """lm-evaluation-harness tasks run on every round's global model, in the federation's own process after the round: supertune_corpus (the embedded, offline), a harness task (its data in the local Hugging Face datasets cache) or a task YAML file; the round table (rounds.md, rounds.json) gains their scores; []: none."""
+    sites: list[SiteConfig] = field(default_factory=list)
+    """The sites, two or more."""

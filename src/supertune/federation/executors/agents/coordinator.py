@@ -1,0 +1,233 @@
+"""The coordinator of a federation whose sites run agents (executor: agents): it never logs in to a
+site. It puts the federation config and each round's starting global model on the exchange, waits
+there for every site's result of the round (a transfer package and its record), gets and checks each,
+averages them here and puts the new global model, then waits for each site's evaluation of it.
+
+Receipts are the built-in executor's: a site's result, once got and checked, is its training receipt
+(`trained.json`, pointing at the package in `round-NNN/<site>/sent/`), the attempts its agent
+recorded are its `cost.json`, its evaluation is its `evaluated.json`. So the round table, --status,
+--plan and a resumed federation read an agents federation as any other. Every wait asks the exchange
+once per `poll_seconds` (exchange_wait.py).
+
+A quorum and a deadline (rounds/quorum.py, rounds/deadline.py) decide as with the built-in executor. A round's start
+is its `started.json`, put on the exchange (`global/start-NNN.json`) before the global model the round
+trains from, so that each agent gives its training the same deadline. A site whose agent reports that
+its training failed every attempt (`sites/<site>/failed-NNN.json`, for this start of the round), or
+that has neither a result nor such a report at the deadline, is failed, and
+`quorum.leave_out_failed_sites` decides: `left_out.json` receipts, or a stop below the quorum that
+forgets the round's start, so that running the coordinator again starts the round again with a new
+start record, which the failed agents take as their cue to try again. The decision reaches the agents
+in the global model's record (`left_out`), and a site skipped before the round's training in its start
+record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ....errors import UserError
+from ....exchange import Exchange, parse_exchange
+from ....file_table import file_table
+from ....transfer import PACKAGE_MANIFEST, package_problems, read_package
+from ...config.durations import deadline_seconds, duration_text
+from ...config.schema import FederationConfig
+from ...rounds.attempts import cut_reason, leave_out, reason_of
+from ...rounds.deadline import forget_start
+from ...rounds.loop import RoundWork, SiteWork
+from ...rounds.phases import average_phase
+from ...state.layout import FederationDir
+from ...state.receipts import read_receipt, write_receipt
+from . import exchange_layout as names
+from .exchange_wait import wait_at_exchange
+
+__all__ = ["AgentsExecutor"]
+
+log = logging.getLogger("supertune")
+
+
+class AgentsExecutor:
+    def __init__(self, fed: FederationConfig, root: FederationDir) -> None:
+        assert fed.exchange is not None
+        self.fed = fed
+        self.root = root
+        self.exchange = Exchange(parse_exchange(fed.exchange, "exchange"))
+        self._config_put = False
+
+    def run_round(self, work: RoundWork) -> None:
+        if not self._config_put:
+            self.exchange.put_file(self.root.config, names.CONFIG)
+            self._config_put = True
+        if work.train:
+            self._publish(work.number - 1, work.previous)
+            self._collect(work)
+        if work.average:
+            receipts = {name: read_receipt(path) for name, path in work.trained.items()}
+            finished = {name: str(r["checkpoint"]) for name, r in receipts.items() if r}
+            average_phase(self.fed, work, finished)
+        if work.evaluate:
+            self._publish(work.number, work.global_model)
+            self._wait_for_evaluations(work.evaluate, work.number)
+
+    def _publish(self, number: int, model: Path) -> None:
+        """The global model of round `number` on the exchange: the start of the round that trains from it
+        first, then its files, then its record (with the sites the round was averaged without)."""
+        if number < self.fed.rounds:
+            self._put_start(number + 1)
+        if self.exchange.get_json(names.global_record(number)) is not None:
+            return
+        log.info("round %d: putting the global model on the exchange %s", number, self.fed.exchange)
+        files = self.exchange.put_tree(model, names.global_files(number), file_table(model))
+        record = {"round": number, "files": files, "left_out": self._left_out(number)}
+        self.exchange.put_json(names.global_record(number), record)
+
+    def _left_out(self, number: int) -> dict[str, str]:
+        """The sites left out of round `number`, with the reason: from their receipts (quorum.py)."""
+        rd = self.root.round(number)
+        receipts = {s.name: read_receipt(rd.site(s.name).left_out) for s in self.fed.sites}
+        return {name: str(r.get("reason")) for name, r in receipts.items() if r is not None}
+
+    def _put_start(self, number: int) -> dict:
+        """Round `number`'s start (its receipt, made now when it has none) on the exchange, with its deadline
+        and the sites already left out of it (--skip-site); put again whenever that changes."""
+        rd = self.root.round(number)
+        seconds = deadline_seconds(self.fed.round_deadline)
+        started = read_receipt(rd.started)
+        if started is None or not isinstance(started.get("unix"), (int, float)):
+            started = {"round": number, "unix": time.time(), "deadline_s": seconds}
+            write_receipt(rd.started, started)
+        record = {"round": number, "unix": started["unix"], "deadline_s": seconds, "left_out": self._left_out(number)}
+        if self.exchange.get_json(names.round_start(number)) != record:
+            self.exchange.put_json(names.round_start(number), record)
+        return record
+
+    def _each_record(
+        self,
+        works: list[SiteWork],
+        record_name: Callable[[str], str],
+        take: Callable[[SiteWork, dict], None],
+        what: str,
+    ) -> None:
+        """take(site, record) for each site's record at the exchange, as it arrives."""
+        pending = {w.name: w for w in works}
+
+        def ask() -> bool | None:
+            for name, w in list(pending.items()):
+                record = self.exchange.get_json(record_name(name))
+                if record is not None:
+                    take(w, record)
+                    del pending[name]
+            return True if not pending else None
+
+        wait_at_exchange(ask, self.fed.poll_seconds, lambda: f"{what} of {', '.join(sorted(pending))} at the exchange")
+
+    def _collect(self, work: RoundWork) -> None:
+        """Each training site's result of the round, got and checked, as its training receipt; with a
+        quorum or a deadline, a site whose agent reports a failure for this start of the round, whose
+        result is refused, or that has sent nothing by the deadline is failed, and the quorum decides."""
+        number = work.number
+        start = self._put_start(number)
+        until = start["unix"] + start["deadline_s"] if start["deadline_s"] else None
+        decides = self.fed.aggregation.min_sites is not None or until is not None
+        pending = {w.name: w for w in work.train}
+        failed: dict[str, tuple[str, int]] = {}
+
+        def ask() -> bool | None:
+            for name, w in list(pending.items()):
+                record = self.exchange.get_json(names.site_record(name, number))
+                report = None if record else self.exchange.get_json(names.site_failed(name, number))
+                if record is not None:
+                    try:
+                        self._receive(w, record)
+                    except UserError as exc:
+                        if not decides:
+                            raise
+                        said = reason_of(exc, w.label)
+                        failed[name] = (f"refused: {said}", 1)
+                        log.warning("%s: %s", w.label, exc)
+                elif report is not None and report.get("start") == start["unix"]:  # not one of an earlier start
+                    failed[name] = self._failure(w, report)
+                else:
+                    continue
+                del pending[name]
+            if pending and until is not None and time.time() >= until:
+                for name, w in pending.items():  # its agent, if alive, ends its training at the same deadline
+                    failed[name] = (f"late: no result at the exchange after {duration_text(start['deadline_s'])}", 1)
+                    log.warning("%s: %s", w.label, failed[name][0])
+                pending.clear()
+            return True if not pending else None
+
+        wait_at_exchange(
+            ask, self.fed.poll_seconds, lambda: f"round {number} of {', '.join(sorted(pending))} at the exchange"
+        )
+        if failed:
+            try:
+                leave_out(self.fed, work, failed, until)
+            except UserError:
+                # Below the quorum: the next run starts the round again, with a new start record that
+                # the failed sites' agents take as their cue to try again (with a deadline, already done).
+                forget_start(self.root.round(number))
+                raise
+
+    def _failure(self, w: SiteWork, report: dict) -> tuple[str, int]:
+        """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""
+        attempts = [a for a in report.get("attempts") or [] if isinstance(a, dict)]
+        write_receipt(w.directory / "cost.json", {"attempts": attempts})
+        reason = cut_reason(str(report.get("reason") or "failed at the site"))
+        tries = report.get("tries")
+        tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else len(attempts)
+        log.warning("%s: its agent reports %s (%d attempt%s)", w.label, reason, tries, "s" if tries != 1 else "")
+        return reason, tries
+
+    def _receive(self, w: SiteWork, record: dict) -> None:
+        label = w.label
+        files = record.get("files")
+        if not isinstance(files, dict) or PACKAGE_MANIFEST not in files:
+            raise UserError(f"{label}: its record on the exchange lists no transfer package; it is not averaged")
+        sent = w.directory / "sent"
+        self.exchange.get_tree(names.site_files(w.name, w.round), files, sent)
+        package = read_package(sent, label)
+        damaged = package_problems(package, hashes=False)
+        if damaged or set(package.files) - set(files):
+            raise UserError(
+                f"{label}: the package it sent does not match its manifest ({(damaged or ['files'])[0]}); it is not averaged"
+            )
+        try:
+            receipt = {
+                "site": w.name,
+                "round": w.round,
+                "run": f"(at the site, {record.get('run', '')})",
+                "checkpoint": str(sent),
+                "step": int(record["step"]),
+                "tokens": int(record["tokens"]),
+                "loss_tokens": record.get("loss_tokens"),
+                "samples": record.get("samples"),
+                "eval_loss": record.get("eval_loss"),
+                "seconds": float(record.get("seconds") or 0.0),
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{label}: its record on the exchange is incomplete ({exc}); it is not averaged") from None
+        # every attempt the site's agent made (its own cost.json), as this site's cost: the same list each time
+        attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+        write_receipt(w.directory / "cost.json", {"attempts": attempts})
+        write_receipt(w.receipt, receipt)
+        log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
+                 package.sent_weight_bytes / 1e6)  # fmt: skip
+
+    def _wait_for_evaluations(self, works: list[SiteWork], number: int) -> None:
+        def take(w: SiteWork, record: dict) -> None:
+            try:
+                loss = float(record["eval_loss"])
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"{w.label}: its evaluation on the exchange holds no eval_loss") from None
+            assert w.receipt is not None
+            receipt = {"eval_loss": loss, "model": f"{self.fed.exchange}/{names.global_files(number)}"}
+            for key, kind in (("eval_tokens", int), ("seconds", (int, float))):
+                if isinstance(record.get(key), kind) and not isinstance(record.get(key), bool):
+                    receipt[key] = record[key]
+            write_receipt(w.receipt, receipt)
+            log.info("%s: eval loss %.4f of the global model on this site's data (from its agent)", w.label, loss)
+
+        self._each_record(works, lambda name: names.site_eval(name, number), take, f"round {number} evaluation")

@@ -1,0 +1,144 @@
+"""What each phase of a round leaves behind, written the same way whichever executor ran it: the
+receipt of a site's training (after its final checkpoint is checked against its manifest) and the
+round's average (the global model and the weights each site got)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...checkpoints.layout import CheckpointDir
+from ...checkpoints.manifest import check_files, read_manifest
+from ...errors import UserError
+from ...rundir import RunDir
+from ..config.schema import FederationConfig
+from ..state.receipts import write_receipt
+
+if TYPE_CHECKING:
+    from .loop import RoundWork
+
+__all__ = ["trained_record", "average_round", "average_phase"]
+
+log = logging.getLogger("supertune")
+
+
+def trained_record(site: str, number: int, run_dir: Path) -> dict:
+    """The receipt of a site's finished training in `run_dir`: its final checkpoint, verified by sha256."""
+    run = RunDir(run_dir)
+    label = f"{site} round {number}"
+    summary = run.read_summary(label)
+    if summary is None:
+        raise UserError(f"{label}: the run in {run_dir} has not finished (no summary.json)")
+    checkpoint = CheckpointDir(run.checkpoints).latest()
+    if checkpoint is None:
+        raise UserError(f"{label}: the run in {run_dir} finished without a checkpoint to average")
+    manifest = read_manifest(checkpoint)
+    problems = check_files(checkpoint, manifest)
+    if problems:
+        raise UserError(
+            f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again"
+        )
+    return {
+        "site": site,
+        "round": number,
+        "run": str(run_dir),
+        "checkpoint": str(checkpoint),
+        "step": manifest.step,
+        "tokens": manifest.tokens_seen,
+        "loss_tokens": manifest.loss_tokens,
+        "samples": manifest.samples_seen,
+        "eval_loss": summary["eval_loss"],
+        "seconds": float(summary.get("wall_time_s") or 0.0),
+    }
+
+
+def average_round(
+    fed: FederationConfig,
+    number: int,
+    sites: list[str],
+    checkpoints: list[str],
+    previous: Path,
+    out: Path,
+    receipt: Path,
+    left_out: dict[str, str] | None = None,
+    delta_base: Path | None = None,
+) -> dict:
+    """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt (with the
+    sites `left_out` of the round after failing, and why). `checkpoints` may be transfer packages (what
+    the sites sent), whose changes are from `delta_base`."""
+    from ...averaging import ServerStep, average_checkpoints, read_average_manifest
+
+    a = fed.aggregation
+    # fixed weights by name: the sites averaged may be fewer than the federation's (from_round, left out)
+    fixed = {s.name: s.weight for s in fed.sites}
+    weights: str | list[float] = (
+        [float(fixed[name] or 0.0) for name in sites] if fed.sites and fed.sites[0].weight is not None else a.weights
+    )
+    # Plain FedAvg (fedavgm, lr 1, no momentum) needs no server step: the average is the global model.
+    plain = a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum
+    server = (
+        None
+        if plain
+        else ServerStep(
+            global_model=previous,
+            lr=a.server_lr,
+            momentum=a.server_momentum,
+            optimizer=a.server_optimizer,
+            beta2=a.server_beta2,
+            tau=a.server_tau,
+        )
+    )
+    from ..state.model_files import holds_adapters, weight_bytes
+
+    # LoRA sites with aggregation.lora: merged: the merged models are averaged, on the previous global model
+    # (the server step then moves full tensors); adapters: the adapter tensors are (lora.py says why both).
+    adapters = bool(checkpoints) and holds_adapters(Path(checkpoints[0]))
+    merge_base = previous if adapters and a.lora == "merged" else None
+    started = time.time()
+    try:
+        manifest = read_average_manifest(out)  # published before a kill could write the receipt
+    except ValueError:
+        # One site left (the others dropped) is allowed: its model goes through the same writer and server step.
+        manifest = average_checkpoints(
+            checkpoints,
+            out,
+            weights=weights,
+            dtype=a.dtype,
+            server=server,
+            minimum_inputs=1,
+            merge_base=merge_base,
+            delta_base=delta_base,
+        )
+    record = {
+        "round": number,
+        "global_model": str(out),
+        "weights": {name: i["weight"] for name, i in zip(sites, manifest.inputs)},
+        "tokens": {name: i["tokens"] for name, i in zip(sites, manifest.inputs)},
+        "left_out": dict(left_out or {}),
+        # the weights each site sent (LoRA: its adapters), and what each gets back: the new global model's
+        "sent_bytes": {name: weight_bytes(c) for name, c in zip(sites, checkpoints)},
+        "received_bytes": weight_bytes(out),
+        "seconds": time.time() - started,
+    }
+    write_receipt(receipt, record)
+    return record
+
+
+def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:
+    """The round's average of what the sites that finished sent (checkpoints, or transfer packages whose
+    changes are from the round's starting global model), with its receipt."""
+    sites = f"{len(finished)} sites" if len(finished) != 1 else "the one site left"
+    log.info("round %d: averaging %s into %s", work.number, sites, work.global_model)
+    average_round(
+        fed,
+        work.number,
+        list(finished),
+        list(finished.values()),
+        work.previous,
+        work.global_model,
+        work.averaged,
+        left_out=work.left_out,
+        delta_base=work.previous if fed.transfer.delta else None,
+    )

@@ -1,0 +1,77 @@
+"""What a site sends after its training when the federation has transfer settings: its checkpoint's
+weights, or with `transfer.delta` their change from the round's global model, encoded into a transfer
+package (supertune.transfer) in its folder of the round, `round-NNN/<site>/sent/`.
+
+Error feedback: the package also keeps, at the site and never sent, what the codec lost of the change
+(the residual); the site's next package adds it to its change before encoding, so what one round
+rounds away is sent in a later one. The residual comes from the site's latest earlier package (a
+round it sat out keeps it waiting). A package is published whole by one rename, so a federation
+killed while one is written makes it again from the same inputs, bit for bit.
+
+With the built-in executor the package is made by the federation's process, which reads the site's
+checkpoint where it lies: its bytes are what the site would send, and the average reads the package,
+not the checkpoint, so what the round averages is what travelled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...averaging.inputs import cached_digest, resolve_input
+from ...errors import UserError
+from ...transfer import PACKAGE_MANIFEST, Codec, Package, read_package, write_package
+from ...weight_files.tensor_files import TensorFile
+from ..config.schema import FederationConfig
+from ..state.layout import FederationDir
+
+__all__ = ["send_result"]
+
+
+def send_result(
+    fed: FederationConfig, root: FederationDir, number: int, site: str, checkpoint: str, previous: Path
+) -> Package:
+    """The site's package of round `number` (made now unless a finished one is there): its checkpoint's
+    weights encoded as fed.transfer says, a change from `previous` (the round's starting global model)."""
+    out = root.round(number).site(site).sent
+    if (out / PACKAGE_MANIFEST).is_file():  # published whole: a kill cannot leave half of one here
+        return read_package(out)
+    t = fed.transfer
+    label = f"{site} round {number}"
+    source = resolve_input(checkpoint)
+    base = resolve_input(previous) if t.delta else None
+    residual = _last_residual(root, number, site, label) if t.delta else None
+    try:
+        return write_package(
+            out,
+            source.weights,
+            Codec(t.dtype, t.block_size),
+            base=base.weights if base else None,
+            base_digest=cached_digest(base.weights) if base else None,
+            residual=residual,
+            side_files=[source.directory / name for name in source.side_files],
+            counts={"tokens": source.tokens, "samples": source.samples, "site": site, "round": number},
+            label=label,
+        )
+    finally:
+        if residual is not None:
+            residual.close()
+
+
+def _last_residual(root: FederationDir, number: int, site: str, label: str) -> TensorFile | None:
+    """The residual of the site's latest package before round `number`, or None (its first package, or
+    a lossless one)."""
+    for earlier in range(number - 1, 0, -1):
+        sent = root.round(earlier).site(site).sent
+        if not (sent / PACKAGE_MANIFEST).is_file():
+            continue  # the site sat that round out, or the round's folder was deleted
+        kept = read_package(sent, f"{site} round {earlier}").residual
+        if not kept:
+            return None
+        path = sent / str(kept["file"])
+        if not path.is_file() or path.stat().st_size != kept.get("size"):
+            raise UserError(
+                f"{label}: the residual of round {earlier} ({path}) is missing or not the size its package records; "
+                f"delete {sent} to make that round's package again"
+            )
+        return TensorFile(path)
+    return None

@@ -1,0 +1,131 @@
+"""Receipts: the record that a phase of a round is done, written atomically when it is, and read
+back to know where a federation stands (no other state is kept)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...rundir import write_json_atomic
+from ...state_records import Field, record_damage
+
+__all__ = ["write_receipt", "read_receipt", "checked_checkpoint", "checked_global_model"]
+
+TRAINED_FIELDS = {
+    "site": Field("str"),
+    "round": Field("int"),
+    "run": Field("str"),
+    "checkpoint": Field("str"),
+    "step": Field("int"),
+    "tokens": Field("int"),
+    "loss_tokens": Field("int", null=True, required=False),
+    "samples": Field("int", null=True),
+    "eval_loss": Field("number", null=True),
+    "seconds": Field("number", required=False),
+}
+AVERAGED_FIELDS = {
+    "round": Field("int"),
+    "global_model": Field("str"),
+    "weights": Field("dict"),
+    "tokens": Field("dict"),
+    "left_out": Field("dict", required=False),
+    "seconds": Field("number", required=False),
+}
+EVALUATED_FIELDS = {
+    "eval_loss": Field("number"),
+    "eval_tokens": Field("int", required=False),
+    "model": Field("str", required=False),
+    "seconds": Field("number", required=False),
+}
+"""What the phases' receipts hold that later phases compute with (phases.py, site_eval.py write them)."""
+
+
+def _fields(path: Path) -> dict[str, Field] | None:
+    name = path.name
+    if name == "trained.json" or (name.startswith("trained-") and name.endswith(".json")):
+        return TRAINED_FIELDS
+    if name == "averaged.json":
+        return AVERAGED_FIELDS
+    if name == "evaluated.json" or (name.startswith("evaluated-") and name.endswith(".json")):
+        return EVALUATED_FIELDS
+    return None
+
+
+def write_receipt(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, record)
+
+
+def read_receipt(path: Path) -> dict[str, Any] | None:
+    """The receipt at `path`, or None when the phase has not finished."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable receipt ({exc}); delete it to redo that phase") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a receipt; delete it to redo that phase")
+    fields = _fields(path)
+    damage = record_damage(data, fields) if fields else None
+    if damage is None and fields is AVERAGED_FIELDS:
+        bad = [k for k, v in data["weights"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+        damage = f"the weight of {bad[0]} is {data['weights'][bad[0]]!r}, not a number" if bad else None
+    if damage:
+        raise UserError(f"{path}: a damaged receipt ({damage}); delete it to redo that phase")
+    return data
+
+
+def _unlike_its_manifest(directory: Path, read: Any) -> list[str]:
+    """How `directory` differs from the files its manifest (read by `read`) lists, by size: a
+    missing or unreadable manifest is a problem too."""
+    from ...file_table import table_problems
+
+    try:
+        return table_problems(directory, read(directory).files, hashes=False)
+    except (OSError, ValueError) as exc:
+        return [str(exc)]
+
+
+def checked_checkpoint(receipt: Path, record: dict[str, Any], site: str, number: int) -> str:
+    """The checkpoint a site's training receipt names, when it is that site's own of that round: it lies
+    in the site's folder beside the receipt (a site on this machine) and its files are still the ones
+    its manifest lists (sizes: a deleted or replaced checkpoint is named here, before any average)."""
+    from ...checkpoints.manifest import read_manifest
+
+    checkpoint = Path(record["checkpoint"])
+    own = receipt.parent.resolve()
+    label = f"{site} round {number}"
+    if record["site"] != site or record["round"] != number or own not in checkpoint.resolve().parents:
+        raise UserError(
+            f"{label}: {receipt} names {checkpoint} (site {record['site']}, round {record['round']}), not a checkpoint "
+            f"of this site's run in {own}; delete the receipt to redo the site's training"
+        )
+    # Sizes here; the average reads every byte once and checks each file's sha256 as it goes.
+    problems = _unlike_its_manifest(checkpoint, read_manifest)
+    if problems:
+        raise UserError(
+            f"{label}: {checkpoint}, named by {receipt}, no longer matches its manifest ({'; '.join(problems[:2])}); "
+            "delete the receipt to redo the site's training"
+        )
+    return str(checkpoint)
+
+
+def checked_global_model(receipt: Path, number: int) -> None:
+    """The global model round `number`'s average receipt records is still there, with the files its
+    manifest lists (sizes): what the next round starts from, or a finished federation's result. A
+    deleted or damaged one is a UserError naming it and the way out, not a later round's puzzle."""
+    from ...averaging import read_average_manifest
+
+    record = read_receipt(receipt)
+    if record is None:
+        return
+    model = Path(record["global_model"])
+    problems = _unlike_its_manifest(model, read_average_manifest)
+    if problems:
+        raise UserError(
+            f"round {number}: its global model {model}, recorded by {receipt}, is gone or no longer matches its "
+            f"manifest ({'; '.join(problems[:2])}); delete {receipt} to average round {number} again from its sites' checkpoints"
+        )
