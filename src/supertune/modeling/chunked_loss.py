@@ -156,31 +156,20 @@ def _chunked_forward(
     import torch
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
+    decoder_inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "past_key_values": past_key_values,
+        "inputs_embeds": inputs_embeds,
+        "use_cache": use_cache,
+    }
     if labels is None or not torch.is_grad_enabled() or logits_to_keep:
-        return type(self).forward(
-            self,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            labels=labels,
-            use_cache=use_cache,
-            logits_to_keep=logits_to_keep,
-            **kwargs,
-        )
+        return type(self).forward(self, **decoder_inputs, labels=labels, logits_to_keep=logits_to_keep, **kwargs)
     num_items_in_batch = kwargs.pop("num_items_in_batch", None)
     shift_labels = kwargs.pop("shift_labels", None)
     kwargs.pop("ignore_index", None)
-    outputs = self.model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        past_key_values=past_key_values,
-        inputs_embeds=inputs_embeds,
-        use_cache=use_cache,
-        **kwargs,
-    )
+    outputs = self.model(**decoder_inputs, **kwargs)
     hidden = outputs.last_hidden_state
     if shift_labels is None:
         shift_labels = torch.nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
