@@ -163,7 +163,7 @@ def test_each_job_says_what_it_is() -> None:
     """A run's job, the benchmarks of a saved model and a federated site's evaluation all render through
     render_sbatch: each script's first lines say which of them it is and where it comes from."""
     from supertune.benchmarks.job import BenchmarkJob, benchmark_job
-    from supertune.federation.site_jobs import evaluation_job
+    from supertune.federation.rounds.site_jobs import evaluation_job
 
     cfg = resolve_run_config(None, ["launch.cluster=local", "output.name=r"], trains=False)
     profile = ClusterProfile()
