@@ -11,15 +11,13 @@ bench/results; this is a diagnosis tool.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from throughput.arms import ARMS, arm_environment
-from throughput.cpu import CpuWindow, usable_cores, wait_until_quiet
+from throughput.instrumented import run_instrumented
 from throughput.prepare import prepare
 from throughput.settings import BenchSettings
 
@@ -40,35 +38,6 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--imports", action="store_true", help="also list the costliest imports (python -X importtime)")
     return p.parse_args()
-
-
-def run_phases(
-    mode: str, arm_key: str, prepared, settings: BenchSettings, arm_dir: Path, quiet_wait: float
-) -> tuple[list, float | None]:
-    """One cold run of an arm up to step 1; its marks and the cores other processes used meanwhile."""
-    arm_dir.mkdir(parents=True)
-    arm_argv = ARMS[arm_key].argv(prepared, settings, arm_dir)
-    # The arm's own arguments, minus its launcher (`supertune train` or `python script.py`).
-    args = arm_argv[2:]
-    out = arm_dir / "phases.json"
-    env = arm_environment(arm_dir, settings.threads)
-    env["PYTHONPATH"] = str(BENCH)
-    cores = usable_cores()
-    wait_until_quiet(quiet_wait, max(0, cores - (settings.threads or cores)) + 0.3)
-    window = CpuWindow()
-    window.start()
-    env["BENCH_SPAWN_TIME"] = repr(time.time())
-    with (arm_dir / "output.log").open("wb") as log:
-        code = subprocess.call(
-            [sys.executable, "-m", "throughput.phases", mode, str(out), *args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    window.stop()
-    if code != 0 or not out.is_file():
-        raise SystemExit(f"startup_profile: {mode} failed ({code}); see {arm_dir / 'output.log'}")
-    return json.loads(out.read_text()), window.other_cores
 
 
 def durations(marks: list) -> list[tuple[str, float]]:
@@ -117,7 +86,9 @@ def main() -> int:
     loads: dict[str, list[float]] = {"supertune": [], "clm": []}
     for r in range(args.rounds):
         for mode, key in (("supertune", "a"), ("clm", "c")):
-            marks, other = run_phases(mode, key, prepared, settings, root / f"{mode}-{r + 1}", args.quiet_wait)
+            marks, other = run_instrumented(
+                "startup_profile", "phases", mode, key, prepared, settings, root / f"{mode}-{r + 1}", args.quiet_wait
+            )
             results[mode].append(marks)
             if other is not None:
                 loads[mode].append(other)

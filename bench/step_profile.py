@@ -16,13 +16,11 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from throughput.arms import ARMS, arm_environment
-from throughput.cpu import CpuWindow, wait_until_quiet
+from throughput.instrumented import run_instrumented
 from throughput.prepare import prepare
 from throughput.settings import BenchSettings
 from throughput.step_costs import STEP
@@ -43,28 +41,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
     p.add_argument("--quiet-wait", type=float, default=15.0, help="seconds to wait at most for idle cores")
     return p.parse_args()
-
-
-def run_once(mode: str, key: str, prepared, settings: BenchSettings, arm_dir: Path, args) -> tuple[dict, float | None]:
-    arm_dir.mkdir(parents=True)
-    argv = ARMS[key].argv(prepared, settings, arm_dir)[2:]  # the arm's arguments, less its launcher
-    out = arm_dir / "step_costs.json"
-    env = arm_environment(arm_dir, settings.threads)
-    env["PYTHONPATH"] = str(BENCH)
-    wait_until_quiet(args.quiet_wait, 0.5)
-    window = CpuWindow()
-    window.start()
-    with (arm_dir / "output.log").open("wb") as log:
-        code = subprocess.call(
-            [sys.executable, "-m", "throughput.step_costs", mode, str(out), str(args.steps), str(args.profiled), *argv],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    window.stop()
-    if code != 0 or not out.is_file():
-        raise SystemExit(f"step_profile: {mode} failed ({code}); see {arm_dir / 'output.log'}")
-    return json.loads(out.read_text()), window.other_cores
 
 
 # A subclass's override of a Trainer method, timed whole, and the Trainer's own part inside it.
@@ -142,7 +118,17 @@ def main() -> int:
     for r in range(args.rounds):
         order = MODES if r % 2 == 0 else MODES[::-1]
         for mode, key in order:
-            record, other = run_once(mode, key, prepared, settings, root / f"{mode}-{r + 1}", args)
+            record, other = run_instrumented(
+                "step_profile",
+                "step_costs",
+                mode,
+                key,
+                prepared,
+                settings,
+                root / f"{mode}-{r + 1}",
+                args.quiet_wait,
+                (str(args.steps), str(args.profiled)),
+            )
             runs[mode].append(record)
             if other is not None:
                 loads[mode].append(other)
@@ -200,7 +186,9 @@ def main() -> int:
                 "settings": settings.as_dict(),
                 "per_step_ms": {m: {n: list(v) for n, v in p.items()} for m, p in parts.items()},
                 "other_cores": loads,
-                "runs": runs,
+                # The costliest functions (own CPU ms per profiled step), not every step of every run.
+                "profile": {mode: top_functions(runs[mode], args.profiled, None, 60) for mode, _ in MODES},
+                "supertune_functions": top_functions(runs["supertune"], args.profiled, "supertune/", 60),
             },
             indent=1,
         )

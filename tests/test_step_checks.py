@@ -4,13 +4,13 @@ the stop agreed on by every rank, and the Trainer's FLOP estimate without a walk
 from __future__ import annotations
 
 import math
-import socket
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from strategy_runs import free_port
 from supertune.rundir import RunDir
 from supertune.train.stopping import NonFiniteLoss, RunGuard
 
@@ -76,12 +76,6 @@ def test_finite_steps_go_on_and_each_step_starts_clean(tmp_path):
     assert guard.stopped == "a stop request (stop-request)"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _two_ranks(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
@@ -111,7 +105,7 @@ def _two_ranks(rank: int, port: int, out: str) -> None:
 def test_two_ranks_agree_on_a_stop_and_on_a_nan_one_of_them_saw(tmp_path):
     import torch.multiprocessing as mp
 
-    mp.spawn(_two_ranks, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_two_ranks, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     rank0 = (tmp_path / "result0.txt").read_text().splitlines()
     rank1 = (tmp_path / "result1.txt").read_text().splitlines()
     assert rank0 == [

@@ -66,7 +66,7 @@ class GuardedTrainer(Trainer):
     loss_tokens: LossTokenCount
     _save_root: str | None = None
     _previous_bytes: int | None = None
-    _counted_parameters: tuple[Any, int] | None = None
+    _flop_parameters: int | None = None
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -252,10 +252,9 @@ class GuardedTrainer(Trainer):
         main_input = getattr(self.model, "main_input_name", "input_ids")
         if main_input not in inputs or not hasattr(self.model, "num_parameters"):
             return 0
-        counted = self._counted_parameters
-        if counted is None or counted[0] is not self.model:
-            counted = self._counted_parameters = (self.model, self.model.num_parameters(exclude_embeddings=True))
-        return 6 * inputs[main_input].numel() * counted[1]
+        if self._flop_parameters is None:
+            self._flop_parameters = self.model.num_parameters(exclude_embeddings=True)
+        return 6 * inputs[main_input].numel() * self._flop_parameters
 
     # -- checks ----------------------------------------------------------------------------------
 
