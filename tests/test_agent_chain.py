@@ -1,5 +1,5 @@
 """A site's agent as a chain of SLURM jobs (`supertune federate --site NAME EXCHANGE --submit`,
-docs/federated.md "Site agents"), on the real Slurm test cluster: the first link is stopped by the
+docs/federated/agents.md "Site agents"), on the real Slurm test cluster: the first link is stopped by the
 USR1 that SLURM sends before a time limit (here sent at once with `scancel --batch --signal=USR1`),
 submits the next link and ends; the next link's agent takes part in the federation's round (its
 site's evaluations and training as SLURM jobs of their own, on `where`) and the chain ends with the

@@ -1,4 +1,4 @@
-"""A federation's exchange (docs/federated.md, "The exchange"): files put and got whole and verified,
+"""A federation's exchange (docs/federated/agents.md, "The exchange"): files put and got whole and verified,
 over a real OpenSSH server on loopback (tests/ssh_server.py) and through a directory; a connection
 dropped in the middle of a transfer resumes where the bytes stopped; a damaged partial is sent again;
 a file that does not match its manifest is refused; `supertune doctor --exchange` measures the link."""

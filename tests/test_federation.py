@@ -286,8 +286,8 @@ def test_kept_optimizer_state_carries_the_moments_into_the_next_round(uninterrup
 def test_the_key_reference_in_the_docs_is_current(repo: Path) -> None:
     from supertune.federation.docs import federation_keys_markdown
 
-    assert federation_keys_markdown() in (repo / "docs" / "federated.md").read_text(encoding="utf-8"), (
-        "docs/federated.md: replace the block between the federation keys markers with supertune.federation.docs.federation_keys_markdown()"
+    assert federation_keys_markdown() in (repo / "docs" / "federated" / "config.md").read_text(encoding="utf-8"), (
+        "docs/federated/config.md: replace the block between the federation keys markers with supertune.federation.docs.federation_keys_markdown()"
     )
 
 

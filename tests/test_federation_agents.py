@@ -1,5 +1,5 @@
 """Federations whose sites send compressed changes, and whose sites run agents that meet the
-coordinator at an exchange (docs/federated.md, "Sending less" and "Site agents").
+coordinator at an exchange (docs/federated/transfers.md, "Sending less", and docs/federated/agents.md, "Site agents").
 
 One built-in federation (2 sites x 3 rounds, int8 changes with error feedback) is the reference: what
 each site sent is what each round averaged, and a federation of site agents reaching the coordinator

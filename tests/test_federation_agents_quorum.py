@@ -1,5 +1,5 @@
 """A federation of site agents that goes on without a site (aggregation.min_sites, site_retries,
-round_deadline with executor: agents; docs/federated.md "Site agents" and "Retries, a quorum, a
+round_deadline with executor: agents; docs/federated/agents.md "Site agents" and docs/federated/failures.md "Retries, a quorum, a
 deadline"): real processes, a coordinator and two agents meeting at a directory exchange.
 
 Round 1: site-b's agent is killed (its process group, as when its node is lost) once it has evaluated

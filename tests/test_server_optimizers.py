@@ -229,14 +229,14 @@ def test_every_record_is_tested_against_its_reference() -> None:
 
 
 def test_the_docs_table_is_the_registry(repo: Path) -> None:
-    """docs/federated.md's table of server optimizers is the one their records generate, and names
-    each record's defaults."""
+    """docs/federated/server-optimizers.md's table of server optimizers is the one their records
+    generate, and names each record's defaults."""
     from supertune.averaging.server_optimizer_docs import server_optimizers_markdown
     from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
 
     table = server_optimizers_markdown()
-    assert table in (repo / "docs" / "federated.md").read_text(encoding="utf-8"), (
-        "docs/federated.md: replace the block between the server optimizers markers with "
+    assert table in (repo / "docs" / "federated" / "server-optimizers.md").read_text(encoding="utf-8"), (
+        "docs/federated/server-optimizers.md: replace the block between the server optimizers markers with "
         "supertune.averaging.server_optimizer_docs.server_optimizers_markdown()"
     )
     rows = [line for line in table.splitlines() if line.startswith("| `") and "state (float32)" not in line]

@@ -1,4 +1,4 @@
-"""Sending less (docs/federated.md, "Sending less"): a site's model or change encoded into a transfer
+"""Sending less (docs/federated/transfers.md, "Sending less"): a site's model or change encoded into a transfer
 package (its own dtype, bf16, fp16, blockwise int8), read back a slice at a time and averaged onto the
 round's global model; error feedback sends in later rounds what int8 rounded away; a damaged package,
 or one taken from another model, is refused. A federation whose sites send int8 changes:

@@ -1,5 +1,5 @@
 """The change a blockwise (int8, int4) transfer package holds, decoded from the format as
-docs/federated.md states it, not through supertune's reader: the tests compare the two."""
+docs/federated/transfers.md states it, not through supertune's reader: the tests compare the two."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from supertune.transfer import PACKAGE_MANIFEST
 
 
 def decoded_change(package_dir: Path, block: int) -> dict[str, np.ndarray]:
-    """The change an int8 or int4 package holds, decoded from the format as docs/federated.md states it
+    """The change an int8 or int4 package holds, decoded from the format as docs/federated/transfers.md states it
     (not through supertune): int4 packs (q + 8) of the even element in the low 4 bits, the odd in the high."""
     stored = load_file(str(package_dir / "transfer.safetensors"))
     manifest = json.loads((package_dir / PACKAGE_MANIFEST).read_text())

@@ -4,7 +4,7 @@
 by tokens seen (by default), streaming a slice of a tensor at a time, with an optional server
 step (FedAvgM, Nesterov momentum, FedAdam, FedYogi, FedAdagrad: the records of
 server_optimizers.py); everything it refuses is refused before anything is written
-(docs/federated.md).
+(docs/federated/average.md).
 Importing this package imports nothing: each name below is imported from its module when first
 used, so that `supertune average --help` reads the server optimizers' records without numpy. Using
 the averaging imports numpy, not torch; an FSDP run's sharded checkpoint among the inputs imports

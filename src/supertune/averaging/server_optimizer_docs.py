@@ -1,4 +1,4 @@
-"""The server optimizers' table in docs/federated.md, generated from their records (a test keeps the
+"""The server optimizers' table in docs/federated/server-optimizers.md, generated from their records (a test keeps the
 page current), so that the page cannot name an optimizer, a default or a rule the code does not have."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The server optimizers: how a round's averaged change moves the global model, one slice at a time.
 One record per optimizer in SERVER_OPTIMIZERS, and nothing else anywhere knows them by name: the
 federation config's choices (aggregation.server_optimizer), `supertune average --server-optimizer`,
-their defaults, the state files an average keeps and the table in docs/federated.md all derive from
+their defaults, the state files an average keeps and the table in docs/federated/server-optimizers.md all derive from
 it. Adding an optimizer is one record (and its reference in tests/test_server_optimizers.py).
 
 With g the previous global model, a the weighted average of the sites' models and d = a - g the
@@ -80,9 +80,9 @@ class ServerOptimizer:
     uses: tuple[str, ...]
     """Which of server_beta2, server_tau its step reads (documentation: the others are not used)."""
     state: str
-    """The state's rule, as docs/federated.md prints it."""
+    """The state's rule, as docs/federated/server-optimizers.md prints it."""
     update: str
-    """The new global model, as docs/federated.md prints it."""
+    """The new global model, as docs/federated/server-optimizers.md prints it."""
     step: Step
     defaults_why: str = ""
     """Where its defaults come from, when that is not obvious."""

@@ -1,6 +1,6 @@
 """The optional server step after averaging: the averaged change from the previous global model is
 applied by a server optimizer (FedAvgM, Nesterov momentum, FedAdam, FedYogi, FedAdagrad; formulas in
-server_optimizers.py and docs/federated.md), tensor slice by tensor slice.
+server_optimizers.py and docs/federated/server-optimizers.md), tensor slice by tensor slice.
 
 The optimizer's state is kept in float32 safetensors files beside the global model it belongs to:
 the first moment (FedAvgM's and Nesterov's momentum v, the adaptive optimizers' m) in

@@ -12,7 +12,7 @@ DESCRIPTION = (
     "time, so memory stays at a few slices whatever the model's size (an FSDP checkpoint: one whole tensor), "
     "and writes sharded safetensors with an index, the config, "
     "the tokenizer and a manifest (supertune-average.json). Refuses, writing nothing, models that differ in "
-    "architecture, tensors or tokenizer, NaN or Inf values, and outputs inside an input. docs/federated.md."
+    "architecture, tensors or tokenizer, NaN or Inf values, and outputs inside an input. docs/federated/average.md."
 )
 
 
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="DIR", help="with --merge-first: the base model the adapters were trained on")
     server = p.add_argument_group(
         "server step: d = average - g; fedavgm: v = momentum * v_prev + d, g_new = g + lr * v "
-        "(the others in docs/federated.md)"
+        "(the others in docs/federated/server-optimizers.md)"
     )
     server.add_argument("--global-model", metavar="DIR", help="the previous global model g the inputs started from")
     server.add_argument(

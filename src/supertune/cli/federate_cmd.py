@@ -29,7 +29,7 @@ def epilog() -> str:
         "                                                       # the agent as a chain of SLURM jobs\n"
         "  supertune federate runs/llama-2sites --plan --link link.json   # and each round's time over a measured link\n"
         "\n"
-        "The federation config and its keys: docs/federated.md.\n"
+        "The federation config and its keys: docs/federated/config.md.\n"
     )
 
 

@@ -1,4 +1,4 @@
-"""The federation config's key reference, generated from the schema's docstrings (docs/federated.md
+"""The federation config's key reference, generated from the schema's docstrings (docs/federated/config.md
 holds it between two markers; a test keeps it current)."""
 
 from __future__ import annotations

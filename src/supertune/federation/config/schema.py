@@ -24,7 +24,7 @@ class AggregationConfig:
     dtype: Literal["same", "fp32", "bf16", "fp16"] = "same"
     """Dtype of the global model's tensors: same keeps each tensor's, e.g. fp16 halves a bf16-trained model's files."""
     server_optimizer: Annotated[str, OneOf(server_optimizer_names)] = DEFAULT_SERVER_OPTIMIZER
-    """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated.md."""
+    """How the averaged change moves the global model: fedavgm (momentum 0 and lr 1: plain FedAvg), fedadam, fedyogi, fedadagrad (Reddi et al. 2021), nesterov (DiLoCo's outer step); formulas in docs/federated/server-optimizers.md."""
     server_lr: float | None = None
     """Server learning rate; empty: the optimizer's default, 1 for fedavgm (plain FedAvg), 0.7 for nesterov, 0.01 for fedadam, fedyogi, fedadagrad."""
     server_momentum: float | None = None
@@ -36,12 +36,12 @@ class AggregationConfig:
     server_tau: float = 0.001
     """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
     lora: Literal["adapters", "merged"] = "adapters"
-    """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated.md."""
+    """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated/lora.md."""
 
 
 @dataclass
 class TransferConfig:
-    """What each site sends to the aggregator after its training (docs/federated.md, "Sending less")."""
+    """What each site sends to the aggregator after its training (docs/federated/transfers.md, "Sending less")."""
 
     delta: bool = False
     """Send the change from the round's global model instead of the model (with error feedback: what dtype loses of it is added to the site's next change)."""
