@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config.speed_pieces import SPEED_PIECES
 from .chunked_loss import unfit_reason, use_chunked_loss
+from .flex_documents import flex_unfit_reason, use_flex_documents
 
 __all__ = ["SPEEDUPS", "SpeedChoice", "Speedup", "RunFacts", "take_speedups"]
 
@@ -30,6 +31,8 @@ class RunFacts:
     """"cuda" or "cpu": where the model trains."""
     optim: str = "adamw_torch"
     """training.optim"""
+    document_mask: bool = False
+    """data.packing and data.document_mask: training rows of whole documents, kept apart by their position ids."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,17 @@ def _fused_adamw_unavailable(model: Any, facts: RunFacts) -> str | None:
     return None
 
 
+def _flex_unavailable(model: Any, facts: RunFacts) -> str | None:
+    if not facts.document_mask:
+        return "data.document_mask=false: only document-masked packing has a block mask to use"
+    if facts.device != "cuda":
+        # PyTorch refuses flex attention's backward on CPU; uncompiled it would also be slower than
+        # SDPA there (3x for the embedded model's forward and backward, docs/speed.md).
+        return f"{facts.device.upper()}: flex attention trains on CUDA only"
+    # Any distributed.strategy: the attention holds no parameters, which is all that ZeRO and FSDP shard.
+    return flex_unfit_reason(model)
+
+
 SPEEDUPS: dict[str, Speedup] = {
     s.name: s
     for s in (
@@ -69,6 +83,7 @@ SPEEDUPS: dict[str, Speedup] = {
             _fused_adamw_unavailable,
             lambda model, arguments: arguments.update(optim="adamw_torch_fused"),
         ),
+        Speedup("flex_document_mask", _flex_unavailable, lambda model, arguments: use_flex_documents(model)),
     )
 }
 

@@ -66,7 +66,12 @@ def _run_facts(cfg: RunConfig) -> RunFacts:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return RunFacts(strategy=cfg.distributed.strategy, device=device, optim=cfg.training.optim)
+    return RunFacts(
+        strategy=cfg.distributed.strategy,
+        device=device,
+        optim=cfg.training.optim,
+        document_mask=cfg.data.packing and cfg.data.document_mask,
+    )
 
 
 def _train_and_finish(
