@@ -211,3 +211,22 @@ def test_training_with_flex_gives_the_losses_of_the_sdpa_block_mask(tmp_path: Pa
     assert abs(summaries[1]["eval_loss"] - summaries[0]["eval_loss"]) <= 1e-5 * summaries[0]["eval_loss"]
     assert "flex_document_mask" in summaries[1]["speed"]["taken"]
     assert summaries[0]["speed"]["left_out"]["flex_document_mask"] == "training.speed_skip"
+
+
+def test_gradients_equal_sdpa_with_gradient_checkpointing(monkeypatch):
+    """Training mode, recomputed layers: every parameter's gradient as with SDPA's block mask."""
+    import torch.nn.attention.flex_attention as flex
+
+    monkeypatch.setattr(flex, "_validate_device", lambda query, key, value: None)  # see the module docstring
+    dataset = _bins(_documents(4))
+    batch = _batch(dataset, list(range(len(dataset))))
+    gradients = []
+    for model in _both("llama"):
+        model.gradient_checkpointing_enable()
+        model.train()
+        model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], labels=batch["labels"]).loss.backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters()})
+    sdpa, through_flex = gradients
+    assert sdpa.keys() == through_flex.keys()
+    for name, grad in sdpa.items():
+        assert (through_flex[name] - grad).abs().max().item() <= 1e-5 * max(1.0, grad.abs().max().item()), name

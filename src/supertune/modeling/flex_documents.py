@@ -30,8 +30,9 @@ compiled kernel (tests/test_flex_documents.py counts the compilations over batch
 Cost: the BlockMask is made once per forward from a dense boolean mask of rows x length x length
 (33 MB for 8 rows of 2,048 tokens; the compiled kernel reads the block indices, not that mask),
 shared by all layers and kept for the backward pass; the first step compiles the kernel (tens of
-seconds). On CPU flex_attention runs uncompiled, the scores of the whole row written out like
-SDPA's math path: exact, and used only by the tests (supertune.modeling.speed leaves it out there).
+seconds). On CPU, PyTorch's flex_attention has no backward pass and runs uncompiled, the scores of
+the whole row written out like SDPA's math path: exact, used by the tests, and left out by
+supertune.modeling.speed.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def _sdpa_or_flex(
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """ATTENTION: flex_attention for a BlockMask (document-masked rows), transformers' SDPA for anything else."""
-    from torch.nn.attention.flex_attention import BlockMask
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if not isinstance(attention_mask, BlockMask):
@@ -128,9 +130,9 @@ def _sdpa_or_flex(
     if dropout or kwargs.get("softcap") is not None or kwargs.get("sliding_window") is not None:
         # flex_unfit_reason keeps such models off this path; reaching here is a model it did not foresee.
         raise ValueError(f"{ATTENTION}: the document block mask carries no dropout, soft-capping or sliding window")
-    out = _flex_attention(query.device.type)(
-        query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
-    )
+    # Inside a model that training.torch_compile compiles whole, the outer compilation takes flex_attention in.
+    flex = flex_attention if torch.compiler.is_compiling() else _flex_attention(query.device.type)
+    out = flex(query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
 
 
