@@ -6,7 +6,8 @@
 In order of what is least verified: the embedded default in fp32 and bf16 (which device trained),
 FSDP on one GPU (full and shard_grad_op; bf16 and fp16 output reloaded by plain from_pretrained),
 a ~1 B Llama at block 2048 in bf16 with supertune's settings beside plain Trainer defaults (tokens/s,
-MFU against the GPU's dense bf16 peak, peak memory), SIGKILL-and-resume, DeepSpeed ZeRO-2/3 in bf16
+MFU against the GPU's dense bf16 peak, peak memory; supertune with training.speed=plain and with
+document masks beside it), SIGKILL-and-resume, DeepSpeed ZeRO-2/3 in bf16
 with and without CPU offload, `supertune doctor`, eager (and flash, if installed) attention against
 sdpa, and plain Trainer in bf16. Each check fits in what is left of --budget-s or is listed as not
 run. Writes gpu-<date>.md and .json to --out (default bench/results), after every check.
@@ -58,6 +59,7 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
         ("fsdp-shard_grad_op", lambda: c.fsdp("shard_grad_op", "fp16", bf16=False)),
         ("throughput", lambda: c.throughput_supertune()),
         ("throughput-plain", lambda: c.throughput_supertune("plain")),
+        ("throughput-documents", lambda: c.throughput_supertune("auto", documents=True)),
         ("plain-fp32", lambda: c.throughput_plain(bf16=False)),
         ("zero2", lambda: c.zero(2, "none")),
         ("resume", lambda: c.resume()),
@@ -79,6 +81,9 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
 
 
 # The dry run's default: one variant of each check, so every code path runs in a fraction of the time.
+# throughput-plain and throughput-documents are left out: each is one more run of the throughput
+# check's code with one setting changed (training.speed, data.document_mask), and the document
+# masks' own path, flex attention taken on CUDA only, is trained on CPU by tests/test_flex_documents.py.
 DRY_RUN_CHECKS = (
     "default-fp32",
     "fsdp-full",

@@ -316,21 +316,32 @@ class Checklist:
             "generate.max_new_tokens=0",
         ]
 
-    def throughput_supertune(self, speed: str = "auto") -> None:
-        """supertune's arm; training.speed=auto (the default) is the one the other arms compare with."""
-        variant = f"supertune: packing, bf16, sdpa, fused AdamW, training.speed={speed}"
+    def throughput_supertune(self, speed: str = "auto", documents: bool = False) -> None:
+        """supertune's arm; training.speed=auto (the default) is the one the other arms compare with.
+
+        documents: the same with data.document_mask=true (whole documents per block, kept apart by
+        their position ids; under auto on CUDA through flex attention), against plain packing's
+        tokens/s (counted without the padding the blocks of whole documents leave)."""
+        packing = "packing with document masks" if documents else "packing"
+        variant = f"supertune: {packing}, bf16, sdpa, fused AdamW, training.speed={speed}"
         if self._skip("throughput", variant, 90):
             return
         overrides = [*self._throughput_overrides("sdpa"), f"training.speed={speed}"]
-        done, run_dir = self.runner.train(f"throughput-supertune-{speed}", overrides, cap=420)
+        overrides += ["data.document_mask=true"] if documents else []
+        name = f"supertune-{speed}" + ("-documents" if documents else "")
+        done, run_dir = self.runner.train(f"throughput-{name}", overrides, cap=420)
         s = summary(run_dir)
         s = {**s, "parameters": _logged_parameters(done)} if s else s
-        self.throughput_runs["supertune" if speed == "auto" else f"supertune-{speed}"] = s
+        self.throughput_runs["supertune" if name == "supertune-auto" else name] = s
         figures = _throughput_figures(s)
         figures["parameters"] = s.get("parameters")
         figures["speed-ups taken"] = ", ".join((s.get("speed") or {}).get("taken", [])) or "none"
         auto = self.throughput_runs.get("supertune", {})
-        if speed != "auto" and s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
+        if documents:
+            figures["padding share"] = s.get("padding_share")
+            if s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
+                figures["this / auto packing tokens/s"] = s["throughput_tokens_per_s"] / auto["throughput_tokens_per_s"]
+        elif speed != "auto" and s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
             figures["auto / this tokens/s"] = auto["throughput_tokens_per_s"] / s["throughput_tokens_per_s"]
         figures["wall s"] = round(done.seconds, 1)
         self._add_run("throughput", variant, done, bool(s), figures)
