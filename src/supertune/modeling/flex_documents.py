@@ -60,7 +60,7 @@ FLEX_MODEL_TYPES = (
     "gpt_neox",
 )
 """Model types whose attention is transformers' functional attention with one causal mask for every
-layer, no soft-capping and no attention bias: the per-document losses through flex_attention equal
+layer, no soft-capping and nothing added to the scores: the per-document losses through flex_attention equal
 the documents run alone (tests/test_flex_documents.py builds each). gemma2 soft-caps its scores and
 gemma3 alternates sliding-window layers, which the one mask made here does not carry; gpt2 adds
 attention dropout by default and is not verified."""
@@ -138,7 +138,8 @@ def _sdpa_or_flex(
 
 @functools.cache
 def _flex_attention(device_type: str) -> Any:
-    """flex_attention compiled for CUDA (uncompiled it is a reference implementation), as it is elsewhere."""
+    """flex_attention compiled on CUDA, where compiling makes it the fused kernel (uncompiled it is a
+    reference implementation that writes out every score); elsewhere uncompiled."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
