@@ -15,6 +15,7 @@ from ...errors import UserError
 from ...rundir import RunDir
 from ..config.schema import FederationConfig
 from ..state.receipts import write_receipt
+from ..state.records import TrainedReceipt
 
 if TYPE_CHECKING:
     from .loop import RoundWork
@@ -24,7 +25,7 @@ __all__ = ["trained_record", "average_round", "average_phase"]
 log = logging.getLogger("supertune")
 
 
-def trained_record(site: str, number: int, run_dir: Path) -> dict:
+def trained_record(site: str, number: int, run_dir: Path) -> TrainedReceipt:
     """The receipt of a site's finished training in `run_dir`: its final checkpoint, verified by sha256."""
     run = RunDir(run_dir)
     label = f"{site} round {number}"
@@ -40,18 +41,18 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
         raise UserError(
             f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again"
         )
-    return {
-        "site": site,
-        "round": number,
-        "run": str(run_dir),
-        "checkpoint": str(checkpoint),
-        "step": manifest.step,
-        "tokens": manifest.tokens_seen,
-        "loss_tokens": manifest.loss_tokens,
-        "samples": manifest.samples_seen,
-        "eval_loss": summary["eval_loss"],
-        "seconds": float(summary.get("wall_time_s") or 0.0),
-    }
+    return TrainedReceipt(
+        site=site,
+        round=number,
+        run=str(run_dir),
+        checkpoint=str(checkpoint),
+        step=manifest.step,
+        tokens=manifest.tokens_seen,
+        loss_tokens=manifest.loss_tokens,
+        samples=manifest.samples_seen,
+        eval_loss=summary["eval_loss"],
+        seconds=float(summary.get("wall_time_s") or 0.0),
+    )
 
 
 def average_round(

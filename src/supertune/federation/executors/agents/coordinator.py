@@ -39,7 +39,8 @@ from ...rounds.deadline import forget_start
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
 from ...state.layout import FederationDir
-from ...state.receipts import read_receipt, write_receipt
+from ...state.receipts import attempts_from, read_receipt, write_attempts, write_receipt, write_trained
+from ...state.records import TrainedReceipt
 from . import exchange_layout as names
 from .exchange_wait import wait_at_exchange
 
@@ -173,8 +174,12 @@ class AgentsExecutor:
 
     def _failure(self, w: SiteWork, report: dict) -> tuple[str, int]:
         """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""
-        attempts = [a for a in report.get("attempts") or [] if isinstance(a, dict)]
-        write_receipt(w.directory / "cost.json", {"attempts": attempts})
+        try:
+            attempts = attempts_from(report.get("attempts"), names.site_failed(w.name, w.round))
+        except UserError as exc:  # the failure stands; only its cost is not known
+            log.warning("%s: its attempts' cost is not recorded: %s", w.label, exc)
+            attempts = []
+        write_attempts(w.directory / "cost.json", attempts)
         reason = cut_reason(str(report.get("reason") or "failed at the site"))
         tries = report.get("tries")
         tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else len(attempts)
@@ -195,24 +200,24 @@ class AgentsExecutor:
                 f"{label}: the package it sent does not match its manifest ({(damaged or ['files'])[0]}); it is not averaged"
             )
         try:
-            receipt = {
-                "site": w.name,
-                "round": w.round,
-                "run": f"(at the site, {record.get('run', '')})",
-                "checkpoint": str(sent),
-                "step": int(record["step"]),
-                "tokens": int(record["tokens"]),
-                "loss_tokens": record.get("loss_tokens"),
-                "samples": record.get("samples"),
-                "eval_loss": record.get("eval_loss"),
-                "seconds": float(record.get("seconds") or 0.0),
-            }
+            receipt = TrainedReceipt(
+                site=w.name,
+                round=w.round,
+                run=f"(at the site, {record.get('run', '')})",
+                checkpoint=str(sent),
+                step=int(record["step"]),
+                tokens=int(record["tokens"]),
+                loss_tokens=record.get("loss_tokens"),
+                samples=record.get("samples"),
+                eval_loss=record.get("eval_loss"),
+                seconds=float(record.get("seconds") or 0.0),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{label}: its record on the exchange is incomplete ({exc}); it is not averaged") from None
         # every attempt the site's agent made (its own cost.json), as this site's cost: the same list each time
-        attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
-        write_receipt(w.directory / "cost.json", {"attempts": attempts})
-        write_receipt(w.receipt, receipt)
+        attempts = attempts_from(record.get("attempts"), names.site_record(w.name, w.round))
+        write_attempts(w.directory / "cost.json", attempts)
+        write_trained(w.receipt, receipt)
         log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
                  package.sent_weight_bytes / 1e6)  # fmt: skip
 

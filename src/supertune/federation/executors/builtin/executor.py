@@ -22,7 +22,7 @@ from ...rounds.log_tail import log_tail
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase, trained_record
 from ...state.layout import FederationDir
-from ...state.receipts import checked_checkpoint, read_receipt, write_receipt
+from ...state.receipts import checked_checkpoint, read_receipt, write_trained
 
 __all__ = ["BuiltinExecutor", "builtin_executor"]
 
@@ -312,7 +312,7 @@ class BuiltinExecutor:
         if not RunDir(w.run).summary.is_file():
             return False
         try:
-            write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
+            write_trained(w.receipt, trained_record(w.name, w.round, w.run))
         except UserError as exc:  # its checkpoint does not match its manifest: not averaged
             said = str(exc).removeprefix(f"{w.label}: ")
             raise FederationError(str(exc), reason=f"refused: {reason_of(said)}") from None
