@@ -34,8 +34,9 @@ from ....file_table import file_table
 from ....transfer import PACKAGE_MANIFEST, package_problems, read_package
 from ...config.durations import deadline_seconds, duration_text
 from ...config.schema import FederationConfig
-from ...rounds.attempts import cut_reason, leave_out, reason_of
-from ...rounds.deadline import forget_start
+from ...rounds.attempt_policy import AttemptPolicy
+from ...rounds.attempts import cut_reason, reason_of
+from ...rounds.deadline import forget_start, round_start
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
 from ...state.layout import FederationDir
@@ -93,12 +94,8 @@ class AgentsExecutor:
     def _put_start(self, number: int) -> dict:
         """Round `number`'s start (its receipt, made now when it has none) on the exchange, with its deadline
         and the sites already left out of it (--skip-site); put again whenever that changes."""
-        rd = self.root.round(number)
         seconds = deadline_seconds(self.fed.round_deadline)
-        started = read_receipt(rd.started)
-        if started is None or not isinstance(started.get("unix"), (int, float)):
-            started = {"round": number, "unix": time.time(), "deadline_s": seconds}
-            write_receipt(rd.started, started)
+        started = round_start(self.root.round(number), seconds)
         record = {"round": number, "unix": started["unix"], "deadline_s": seconds, "left_out": self._left_out(number)}
         if self.exchange.get_json(names.round_start(number)) != record:
             self.exchange.put_json(names.round_start(number), record)
@@ -131,9 +128,9 @@ class AgentsExecutor:
         number = work.number
         start = self._put_start(number)
         until = start["unix"] + start["deadline_s"] if start["deadline_s"] else None
-        decides = self.fed.aggregation.min_sites is not None or until is not None
+        # the attempts are the agents' (each runs its site's under the same policy): here, only the decision
+        policy: AttemptPolicy[None] = AttemptPolicy(self.fed, work, until)
         pending = {w.name: w for w in work.train}
-        failed: dict[str, tuple[str, int]] = {}
 
         def ask() -> bool | None:
             for name, w in list(pending.items()):
@@ -143,29 +140,29 @@ class AgentsExecutor:
                     try:
                         self._receive(w, record)
                     except UserError as exc:
-                        if not decides:
+                        if not policy.decides:
                             raise
-                        said = reason_of(exc, w.label)
-                        failed[name] = (f"refused: {said}", 1)
+                        policy.fail(w, f"refused: {reason_of(exc, w.label)}", 1)
                         log.warning("%s: %s", w.label, exc)
                 elif report is not None and report.get("start") == start["unix"]:  # not one of an earlier start
-                    failed[name] = self._failure(w, report)
+                    policy.fail(w, *self._failure(w, report))
                 else:
                     continue
                 del pending[name]
             if pending and until is not None and time.time() >= until:
-                for name, w in pending.items():  # its agent, if alive, ends its training at the same deadline
-                    failed[name] = (f"late: no result at the exchange after {duration_text(start['deadline_s'])}", 1)
-                    log.warning("%s: %s", w.label, failed[name][0])
+                late = f"late: no result at the exchange after {duration_text(start['deadline_s'])}"
+                for w in pending.values():  # its agent, if alive, ends its training at the same deadline
+                    policy.fail(w, late, 1)
+                    log.warning("%s: %s", w.label, late)
                 pending.clear()
             return True if not pending else None
 
         wait_at_exchange(
             ask, self.fed.poll_seconds, lambda: f"round {number} of {', '.join(sorted(pending))} at the exchange"
         )
-        if failed:
+        if policy.failed:
             try:
-                leave_out(self.fed, work, failed, until)
+                policy.leave_out()
             except UserError:
                 # Below the quorum: the next run starts the round again, with a new start record that
                 # the failed sites' agents take as their cue to try again (with a deadline, already done).

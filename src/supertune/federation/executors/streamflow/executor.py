@@ -38,7 +38,7 @@ from ...state.layout import FederationDir
 from ...state.receipts import read_receipt
 from .command import TESTED_VERSION, streamflow_command
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, streamflow_config
-from .outcomes import record_costs, training_outcomes
+from .outcomes import record_costs
 from .round_outputs import keep_finished_training, record_round, streamflow_errors
 from .site_check import check_site
 from .site_places import federation_place, site_place
@@ -142,58 +142,27 @@ class StreamFlowExecutor:
     def _train_for_quorum(self, work: RoundWork, places: dict[str, SitePlace]) -> None:
         """The round's training as workflows of train steps only, run again for the sites not finished
         (site_retries) while the deadline allows, each attempt resuming their runs from their latest
-        checkpoints; ended at the deadline (StreamFlow's processes as a group, its SLURM jobs cancelled by
-        name). The sites that failed every attempt or were late are left out if the others meet the
-        quorum, else the round stops saying how to go on (quorum.py)."""
-        import time
+        checkpoints (training_attempts.py, under the attempt policy). The sites that failed every attempt
+        or were late are left out if the others meet the quorum, else the round stops saying how to go
+        on (quorum.py)."""
+        from ...rounds.attempt_policy import AttemptPolicy
+        from ...rounds.attempts import round_deadline
+        from .training_attempts import StreamFlowTraining
 
-        from ...rounds.attempts import leave_out, not_started, round_deadline
-        from ...rounds.failures import deadline_text
+        files = RoundFiles(self.root.streamflow / f"round-{work.number:03d}")
+        policy = AttemptPolicy(self.fed, work, round_deadline(self.fed, work))
 
-        n = work.number
-        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
-        until = round_deadline(self.fed, work)
-        attempts = 1 + self.fed.site_retries
-        pending = list(work.train)
-        failed: dict[str, tuple[str, int]] = {}
-        for attempt in range(1, attempts + 1):
-            if until is not None and time.time() >= until:
-                break
-            training = dataclasses.replace(work, train=pending, average=False, evaluate=[])
-            code, offset, ended, _ = self._streamflow(training, places, files, report_failure=True, until=until)
-            late = deadline_text(self.fed) if code is None else None
-            interrupted = f"failed: the round's streamflow run failed (exit code {code})"
-            outcomes = training_outcomes(training, files, interrupted, late)
-            said = record_costs(self.fed, training, places, ended, interrupted, outcomes, late)
-            if code != 0:
-                if code is not None:
-                    log.warning(
-                        "round %d: streamflow run failed (exit code %s)%s",
-                        n,
-                        code,
-                        streamflow_errors(files.log, offset),
-                    )
-                note = self._cancel_jobs(training, places, wait=False)
-                if note:
-                    log.warning("round %d%s", n, note)
-            pending = [w for w in pending if outcomes[w.name] is not None]
-            for w in pending:
-                reason = said.get(w.name, "") if late and w.name in said else outcomes[w.name] or ""
-                failed[w.name] = (reason, attempt)
-                again = attempt < attempts and not late
-                log.warning("%s: attempt %d of %d: %s%s", w.label, attempt, attempts, reason,
-                            "; trying again" if again else "")  # fmt: skip
-            if not pending or late:
-                break
-        for w in pending:  # the deadline passed before its first attempt (a round resumed late)
-            failed.setdefault(w.name, (not_started(self.fed), 0))
-        if pending:
-            left = {w.name: failed[w.name] for w in pending}
-            leave_out(self.fed, work, left, until)
-            for name, (reason, _) in left.items():
-                log.warning(
-                    "%s round %d: left out of the round (%s); it trains again in the next round", name, n, reason
-                )
+        def run(training: RoundWork, until: float | None) -> tuple[int | None, int, float]:
+            return self._streamflow(training, places, files, report_failure=True, until=until)[:3]
+
+        def cancel_jobs(training: RoundWork) -> str:
+            return self._cancel_jobs(training, places, wait=False)
+
+        policy.run(work.train, StreamFlowTraining(self.fed, work, places, files, policy.until, run, cancel_jobs))
+        policy.leave_out()
+        for name, (reason, _) in policy.failed.items():
+            log.warning("%s round %d: left out of the round (%s); it trains again in the next round", name,
+                        work.number, reason)  # fmt: skip
 
     def _documents(
         self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, report_failure: bool = False
