@@ -45,8 +45,8 @@ EVALUATED_FIELDS = {
     "seconds": Field("number", required=False),
 }
 LEFT_OUT_FIELDS = {
-    "site": Field("str"),
-    "round": Field("int"),
+    "site": Field("str", required=False),
+    "round": Field("int", required=False),
     "reason": Field("str"),
     "attempts": Field("int", least=0),
     "unix": Field("number", required=False),
