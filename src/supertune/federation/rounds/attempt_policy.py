@@ -1,6 +1,6 @@
 """The attempt policy of a round's training, written once for every executor: a site's training is
 tried again after a failure (`site_retries`) while the round's deadline allows, is not tried again once
-it was late, and when it failed every attempt, or was late, it is left to the quorum (attempts.py), or,
+it was late, and when it failed every attempt, or was late, it is left to the quorum (quorum.py), or,
 with no quorum and no deadline to decide by, its failure stops the federation.
 
 An executor supplies an `AttemptRunner`: how one attempt of a site is started, how it ended, and how

@@ -29,11 +29,10 @@ from pathlib import Path
 import yaml
 
 from ....errors import UserError
-from ...config.schema import FederationConfig, SiteConfig
+from ...config.schema import FederationConfig
 from ...config.site_login import login_ssh_words, plain_path
-from ...config.sites import SitePlan
 from ...rounds.failures import FederationError
-from ...rounds.loop import RoundWork, SiteWork, site_config_file
+from ...rounds.loop import RoundWork, SiteWork
 from ...state.layout import FederationDir
 from ...state.receipts import read_receipt
 from .command import TESTED_VERSION, streamflow_command
@@ -43,7 +42,7 @@ from .round_outputs import keep_finished_training, record_round, streamflow_erro
 from .site_check import check_site
 from .site_places import federation_place, site_place
 
-__all__ = ["StreamFlowExecutor", "dry_run_documents", "streamflow_command", "TESTED_VERSION"]
+__all__ = ["StreamFlowExecutor", "streamflow_command", "TESTED_VERSION"]
 
 log = logging.getLogger("supertune")
 
@@ -65,12 +64,12 @@ class StreamFlowExecutor:
             raise UserError(f"--dir: {self.root.path} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
                             "(StreamFlow passes its folders to a shell unquoted)")  # fmt: skip
         self._command = self._command or streamflow_command(self.fed)
-        places = {s.name: self._named(s, lambda s=s: site_place(self.fed, self.root, s, work)) for s in self.fed.sites}
+        places = self.site_places(work)
         for site in self.fed.sites:
             if site.login and site.name not in self._checked:
                 check_site(self.fed, self.root, site)
                 self._checked.add(site.name)
-        if work.train and self._robust():
+        if work.train and self.robust():
             # A quorum, retries or a deadline: the training first, in workflows of its own whose train steps
             # report a failure instead of failing (StreamFlow would end the other sites' steps); then the
             # decision (quorum.py); then the average and the evaluations of the sites kept.
@@ -92,7 +91,8 @@ class StreamFlowExecutor:
         self._record(work, files, places)
         record_costs(self.fed, work, places, ended, "")
 
-    def _robust(self) -> bool:
+    def robust(self) -> bool:
+        """Whether its training runs apart from the rest of the round: a quorum, retries or a deadline."""
         return bool(self.fed.aggregation.min_sites is not None or self.fed.site_retries or self.fed.round_deadline)
 
     def _streamflow(
@@ -111,7 +111,7 @@ class StreamFlowExecutor:
         from ...state.cost import end_running_attempts
 
         n = work.number
-        work, steps, documents = self._documents(work, places, files, report_failure)
+        work, steps, documents = self.documents(work, places, files, report_failure)
         if files.directory.exists():  # an earlier attempt of this round: end what it left running
             if end_group(files.group, str(self.root.path)):
                 log.info("round %d: ended the processes an earlier attempt of this round left running", n)
@@ -164,7 +164,7 @@ class StreamFlowExecutor:
             log.warning("%s round %d: left out of the round (%s); it trains again in the next round", name,
                         work.number, reason)  # fmt: skip
 
-    def _documents(
+    def documents(
         self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, report_failure: bool = False
     ) -> tuple[RoundWork, list[str], dict[Path, str]]:
         """(the work with sites trained earlier added back, its steps, {path: text} of round.cwl,
@@ -179,13 +179,15 @@ class StreamFlowExecutor:
         documents = {files.workflow: workflow, files.job: job, files.streamflow: config}
         return work, steps, {p: yaml.safe_dump(d, sort_keys=False, width=10**6) for p, d in documents.items()}
 
-    @staticmethod
-    def _named(site: SiteConfig, make):
-        """`make()`, with any refusal naming the site it is about."""
-        try:
-            return make()
-        except UserError as exc:
-            raise UserError(f"site {site.name}: {exc}") from None
+    def site_places(self, work: RoundWork) -> dict[str, SitePlace]:
+        """Where each site's files and SLURM allocations are this round, a refusal naming its site."""
+        places = {}
+        for site in self.fed.sites:
+            try:
+                places[site.name] = site_place(self.fed, self.root, site, work)
+            except UserError as exc:
+                raise UserError(f"site {site.name}: {exc}") from None
+        return places
 
     def _finished_training(self, work: RoundWork) -> tuple[RoundWork, dict[str, str]]:
         """For the average, the sites that trained in an earlier attempt of the round: a checkpoint
@@ -253,44 +255,3 @@ class StreamFlowExecutor:
         if problems:
             return "; could not cancel the round's SLURM jobs by name (cancel them by hand): " + "; ".join(problems)
         return ""
-
-
-def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> dict[Path, str]:
-    """StreamFlow's files of round 1 as a new federation in `root` writes them when round 1 starts
-    ({path under root: text}), for `federate --dry-run`; nothing is written under root.
-
-    They are made in a temporary copy of the federation directory (the sites' configs written there,
-    as a real run writes them, and standing for round 1's resolved configs), whose path is then
-    replaced by root's in the texts; the temporary copy is removed. A resumed federation writes the same files
-    for the rounds it has left, less the phases already done. The federation's id is made when the
-    federation starts: the texts show <federation id> in its place. No login node is reached."""
-    import tempfile
-
-    from ...config.lora_modes import lora_sites
-    from ...rounds.loop import round_work
-
-    with tempfile.TemporaryDirectory(prefix="supertune-dry-run-") as tmp:
-        scratch = FederationDir(Path(tmp) / "federation")
-        for plan in plans:
-            path = site_config_file(scratch, plan.site.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(plan.text, encoding="utf-8")
-        base = Path(fed.base_model) if fed.base_model else scratch.round(0).global_model
-        adapters = lora_sites(fed, [p.config for p in plans]) == "adapters"
-        previous = scratch.round(0).path / "adapter" if adapters else base
-        for plan in plans:
-            # Round 1's resolved config differs from the site's only in its steps and start model
-            # (built when the federation starts), which no StreamFlow file holds: the file's path is given.
-            config = scratch.round(1).site(plan.site.name).config
-            config.parent.mkdir(parents=True)
-            config.write_text(plan.text, encoding="utf-8")
-        work = round_work(fed, plans, scratch, 1, previous, base)
-        work.federation_id = "<federation id>"
-        executor = StreamFlowExecutor(fed, scratch)
-        files = RoundFiles(scratch.streamflow / "round-001")
-        places = {s.name: executor._named(s, lambda s=s: site_place(fed, scratch, s, work)) for s in fed.sites}
-        if executor._robust():  # round 1 starts with its training alone (run_round)
-            work = dataclasses.replace(work, average=False, evaluate=[])
-        _, _, documents = executor._documents(work, places, files, report_failure=executor._robust())
-        here, there = str(scratch.path), str(root.path)
-        return {Path(str(p).replace(here, there, 1)): text.replace(here, there) for p, text in documents.items()}
