@@ -20,10 +20,11 @@ from supertune.federation.state.receipts import (
     read_receipt,
     read_trained,
     write_attempts,
+    write_left_out,
     write_receipt,
     write_trained,
 )
-from supertune.federation.state.records import Attempt, FailedTraining, TrainedReceipt
+from supertune.federation.state.records import Attempt, FailedTraining, LeftOut, TrainedReceipt
 
 # Round 1 of a federation of three sites as the federation wrote it before its records were typed:
 # `a` trained here (two attempts: a failed one, then a finished one), `b` on a cluster after a failed
@@ -116,8 +117,9 @@ def test_the_records_are_written_back_byte_for_byte(tmp_path: Path) -> None:
     write_trained(site_a.trained, read_trained(site_a.trained))
     for site in "abc":
         write_attempts(root.round(1).site(site).cost, read_attempts(root.round(1).site(site).cost))
-    for name in ("round-001/averaged.json", "round-001/c/left_out.json", "round-001/a/evaluated.json"):
+    for name in ("round-001/averaged.json", "round-001/a/evaluated.json"):
         write_receipt(tmp_path / name, read_receipt(tmp_path / name))
+    write_left_out(root.round(1).site("c").left_out, LeftOut(**read_receipt(root.round(1).site("c").left_out)))
     report = tmp_path / "streamflow/round-001/out/trained-c.json"
     write_trained(report, FailedTraining("c", 1, "failed: exit 2"))
     assert {name: (tmp_path / name).read_bytes() for name in BEFORE} == written

@@ -67,8 +67,7 @@ def record_finished_training(w: SiteWork) -> bool:
     try:
         write_trained(w.receipt, trained_record(w.name, w.round, w.run))
     except UserError as exc:
-        said = str(exc).removeprefix(f"{w.label}: ")
-        raise FederationError(str(exc), reason=f"refused: {reason_of(said)}") from None
+        raise FederationError(str(exc), reason=f"refused: {reason_of(exc, w.label)}") from None
     return True
 
 

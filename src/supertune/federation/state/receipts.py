@@ -16,13 +16,23 @@ from typing import Any
 from ...errors import UserError
 from ...rundir import write_json_atomic
 from ...state_records import Field, record_damage
-from .records import ATTEMPT_FIELDS, FAILED_TRAINING_FIELDS, TRAINED_FIELDS, Attempt, FailedTraining, TrainedReceipt
+from .records import (
+    ATTEMPT_FIELDS,
+    FAILED_TRAINING_FIELDS,
+    LEFT_OUT_FIELDS,
+    TRAINED_FIELDS,
+    Attempt,
+    FailedTraining,
+    LeftOut,
+    TrainedReceipt,
+)
 
 __all__ = [
     "write_receipt",
     "read_receipt",
     "write_trained",
     "read_trained",
+    "write_left_out",
     "write_attempts",
     "read_attempts",
     "attempts_from",
@@ -43,13 +53,6 @@ EVALUATED_FIELDS = {
     "eval_tokens": Field("int", required=False),
     "model": Field("str", required=False),
     "seconds": Field("number", required=False),
-}
-LEFT_OUT_FIELDS = {
-    "site": Field("str", required=False),
-    "round": Field("int", required=False),
-    "reason": Field("str"),
-    "attempts": Field("int", least=0),
-    "unix": Field("number", required=False),
 }
 COST_FIELDS = {"attempts": Field("list")}
 """What the phases' receipts hold that later phases compute with (phases.py, site_eval.py, quorum.py and
@@ -132,6 +135,11 @@ def read_trained(path: Path) -> TrainedReceipt | None:
     if data is None or "failed" in data and _fields(path, data) is FAILED_TRAINING_FIELDS:
         return None
     return TrainedReceipt.from_json(data)
+
+
+def write_left_out(path: Path, decision: LeftOut) -> None:
+    """A site's left_out.json: the round goes on without it."""
+    write_receipt(path, decision.as_json())
 
 
 def write_attempts(path: Path, attempts: list[Attempt]) -> None:

@@ -17,6 +17,7 @@ from ...state_records import Field
 __all__ = [
     "TrainedReceipt",
     "FailedTraining",
+    "LeftOut",
     "Attempt",
     "TRAINED_FIELDS",
     "FAILED_TRAINING_FIELDS",
@@ -40,6 +41,14 @@ TRAINED_FIELDS = {
     "seconds": Field("number", required=False),
 }
 FAILED_TRAINING_FIELDS = {"site": Field("str"), "round": Field("int"), "failed": Field("str")}
+LEFT_OUT_FIELDS = {
+    "site": Field("str", required=False),
+    "round": Field("int", required=False),
+    "reason": Field("str"),
+    "attempts": Field("int", least=0),
+    "unix": Field("number", required=False),
+}
+"""Site and round are optional: receipts written by hand (--skip-site's first versions) lack them."""
 ATTEMPT_FIELDS = {
     "job": Field("str", null=True, required=False),
     "nodes": Field("int", null=True, required=False),
@@ -114,6 +123,29 @@ class FailedTraining:
 
     def as_json(self) -> dict[str, Any]:
         return {"site": self.site, "round": self.round, "failed": self.failed}
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """The decision that a site is left out of a round (`left_out.json`): it failed every attempt, was
+    late, or was skipped (--skip-site)."""
+
+    site: str
+    round: int
+    reason: str
+    attempts: int
+    """Attempts its training made (0: skipped, or not started by the deadline)."""
+    unix: float
+    """When it was decided."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "round": self.round,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "unix": self.unix,
+        }
 
 
 @dataclass(frozen=True)
