@@ -34,9 +34,9 @@ class Scripted:
         for name in list(started):
             yield name, self.script[name].pop(0)
 
-    def cancel(self, w: SiteWork, handle: str, ending: Ending) -> str:
+    def cancel(self, w: SiteWork, handle: str, ending: Ending) -> Ending:
         self.cancelled.append(w.name)
-        return f"job of {w.name} cancelled"
+        return Ending(ending.reason, late=True, note=f"job of {w.name} cancelled")
 
 
 def _policy(

@@ -4,9 +4,11 @@ it was late, and when it failed every attempt, or was late, it is left to the qu
 with no quorum and no deadline to decide by, its failure stops the federation.
 
 An executor supplies an `AttemptRunner`: how one attempt of a site is started, how it ended, and how
-one unfinished at the deadline is cancelled; and records each attempt's cost as it sees it (only it
-knows a job's times). The policy decides, says it in the log, and keeps each failed site's reason and
-attempts (`failed`) for the quorum.
+one unfinished at the deadline is cancelled; each `Ending` carries the attempt's cost as the executor
+sees it (only it knows a job's times). The policy decides, writes the cost to the site's cost.json,
+says it in the log, and keeps each failed site's reason and attempts (`failed`) for the quorum.
+StreamFlow's steps write their own attempts where they run (a step ended from outside is closed by
+the executor: streamflow/outcomes.py).
 
 Two kinds of runner. One that attempts each site on its own (the built-in executor: local processes,
 SLURM jobs) reports a failure that is tried again as `attempt 1 of 2 failed; trying again: <why>`, and
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from ..config.schema import FederationConfig
+from ..state.cost import record_attempt
+from ..state.records import Attempt
 from .failures import FederationError
 from .loop import RoundWork, SiteWork
 from .quorum import leave_out_failed_sites
@@ -53,6 +57,9 @@ class Ending:
     """Seconds to wait before trying again (a cluster that could not be reached)."""
     again: bool = True
     """False when another attempt cannot end otherwise (a finished run whose checkpoint is refused)."""
+    cost: Attempt | None = None
+    """The attempt's entry in the site's cost.json; None when it has none (it never started, or the
+    executor's steps record their own)."""
 
 
 FINISHED = Ending()
@@ -74,8 +81,8 @@ class AttemptRunner(Protocol[Handle]):
         round's deadline comes late, to be cancelled."""
         ...
 
-    def cancel(self, w: SiteWork, handle: Handle, ending: Ending) -> str:
-        """Cancel a late attempt (its cost recorded); returns what was done, for the log."""
+    def cancel(self, w: SiteWork, handle: Handle, ending: Ending) -> Ending:
+        """Cancel a late attempt: its Ending with what was done (`note`, for the log) and its cost."""
         ...
 
 
@@ -129,8 +136,7 @@ class AttemptPolicy(Generic[Handle]):
             for name, ending in runner.ended(started):
                 w = named[name]
                 if ending.late and ending.reason is not None:
-                    note = runner.cancel(w, started[name], ending)
-                    ending = Ending(ending.reason, ending.message, late=True, note=note)
+                    ending = runner.cancel(w, started[name], ending)
                 if not self._settled(w, ending, runner):
                     handle = self._start(w, runner)
                     if handle is not None:
@@ -158,6 +164,8 @@ class AttemptPolicy(Generic[Handle]):
     def _settled(self, w: SiteWork, ending: Ending, runner: AttemptRunner[Handle]) -> bool:
         """Decide after an attempt's Ending: True when the site is done (finished, or failed for good:
         in `failed`, or raised), False when it is to be tried again (after the ending's pause)."""
+        if ending.cost is not None:
+            record_attempt(w.directory / "cost.json", ending.cost)
         if ending.reason is None:
             self._reasons.pop(w.name, None)
             return True

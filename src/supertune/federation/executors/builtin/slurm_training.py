@@ -4,7 +4,8 @@ not submitted twice), waited for with the others, asking the scheduler once ever
 most, and cancelled at the round's deadline. A submission that failed (the cluster unreachable: a VPN
 down, a login node gone; sbatch refused it) is an attempt too, tried again `poll_seconds` later: a
 blip of the network costs an attempt, not the round. The attempt policy (rounds/attempt_policy.py)
-decides what follows an attempt; each goes to the site's cost.json with Slurm's times."""
+decides what follows an attempt, and writes each to the site's cost.json with Slurm's times (its
+Ending's cost)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ...rounds.attempts import reason_of
 from ...rounds.failures import FederationError, deadline_text, job_exit_text, late_job_reason
 from ...rounds.loop import SiteWork
 from ...rounds.phases import record_finished_training
-from ...state.cost import Attempt, record_attempt, slurm_attempt
+from ...state.cost import Attempt, slurm_attempt
 
 __all__ = ["SlurmTraining"]
 
@@ -43,11 +44,8 @@ class SlurmTraining:
             job_id = self._submit(w)
         except FederationError as exc:
             reason = exc.reason or "failed: submitting its job"
-            record_attempt(
-                w.directory / "cost.json",
-                Attempt(job=None, nodes=None, submit=None, start=None, end=None, outcome=reason),
-            )
-            return Ending(reason, str(exc), pause=self.fed.poll_seconds)
+            nothing_ran = Attempt(job=None, nodes=None, submit=None, start=None, end=None, outcome=reason)
+            return Ending(reason, str(exc), pause=self.fed.poll_seconds, cost=nothing_ran)
         if job_id is not None:
             return job_id
         try:  # its run finished in an earlier attempt: only its checkpoint is checked (nothing is left to train)
@@ -78,24 +76,23 @@ class SlurmTraining:
                 reason = "finished" if done else f"failed: {job_exit_text(state)}"
             except FederationError as exc:
                 done, reason = False, exc.reason or "refused"
-            record_attempt(w.directory / "cost.json", slurm_attempt(job_id, state, reason))
+            cost = slurm_attempt(job_id, state, reason)
             if done:
-                yield name, FINISHED
+                yield name, Ending(cost=cost)
                 continue
             message = (
                 f"{w.label}: training job {job_id} ended {state.state} without finishing ({reason}); "
                 f"see {w.run / 'logs' if w.run else w.directory}; run the federation again to resubmit it"
             )
-            yield name, Ending(reason, message)
+            yield name, Ending(reason, message, cost=cost)
 
-    def cancel(self, w: SiteWork, handle: str, ending: Ending) -> str:
+    def cancel(self, w: SiteWork, handle: str, ending: Ending) -> Ending:
         from ....slurm.commands import cancel_job
 
         cancel_job(handle)
         assert ending.reason is not None
-        state = self._states.pop(w.name)
-        record_attempt(w.directory / "cost.json", slurm_attempt(handle, state, ending.reason, cancelled=True))
-        return f"job {handle} cancelled"
+        cost = slurm_attempt(handle, self._states.pop(w.name), ending.reason, cancelled=True)
+        return Ending(ending.reason, ending.message, late=True, note=f"job {handle} cancelled", cost=cost)
 
     def _submit(self, w: SiteWork) -> str | None:
         """The site's training job: submitted, or its job still in the queue from an earlier attempt

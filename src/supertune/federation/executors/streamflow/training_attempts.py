@@ -78,5 +78,5 @@ class StreamFlowTraining:
             reason = said.get(w.name, "") if late and w.name in said else outcome
             yield w.name, Ending(reason, late=late is not None)
 
-    def cancel(self, w: SiteWork, handle: SiteWork, ending: Ending) -> str:
-        return ""  # the workflow was ended at the deadline, its SLURM jobs cancelled by name
+    def cancel(self, w: SiteWork, handle: SiteWork, ending: Ending) -> Ending:
+        return ending  # the workflow was ended at the deadline, its SLURM jobs cancelled by name
