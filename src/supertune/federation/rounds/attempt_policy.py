@@ -190,7 +190,9 @@ class AttemptPolicy(Generic[Handle]):
         elif not self.decides:
             raise FederationError(ending.message or ending.reason, reason=ending.reason)
         else:
-            log.warning("%s: attempt %d of %d failed: %s", w.label, tries, self.attempts, ending.message)
+            log.warning(
+                "%s: attempt %d of %d failed: %s", w.label, tries, self.attempts, ending.message or ending.reason
+            )
         if again:
             time.sleep(ending.pause)
             return False
