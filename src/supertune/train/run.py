@@ -71,6 +71,7 @@ def _run_facts(cfg: RunConfig) -> RunFacts:
         device=device,
         optim=cfg.training.optim,
         document_mask=cfg.data.packing and cfg.data.document_mask,
+        torch_compile=cfg.training.torch_compile,
     )
 
 
