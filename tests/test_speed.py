@@ -64,8 +64,7 @@ def test_auto_trains_to_the_losses_of_plain_and_says_what_it_took(tmp_path):
     }
     assert (
         "speed: auto on CPU: chunked_cross_entropy, fused_adamw; left out: "
-        f"flex_document_mask ({NOT_DOCUMENT_MASKED}); compile ({CPU_COMPILE})\n"
-        in auto_log
+        f"flex_document_mask ({NOT_DOCUMENT_MASKED}); compile ({CPU_COMPILE})\n" in auto_log
     )
     assert (
         "speed: plain on CPU: none; left out: chunked_cross_entropy (training.speed=plain); "
