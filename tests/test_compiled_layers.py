@@ -11,7 +11,12 @@ graph breaks, guards and recompiles are decided) without generating kernels, so 
 
 from __future__ import annotations
 
+import ast
 import copy
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +192,48 @@ def test_what_leaves_compile_out_and_why():
     assert compiled_layer_count(llama) == 0
     assert take_speedups(llama, "auto", skip, RunFacts("fsdp", "cuda")).taken == ["compile"]
     assert compiled_layer_count(llama) == 1 and llama.config.use_cache is False
+
+
+FSDP_ONE_PROCESS = textwrap.dedent(
+    """
+    import copy, sys
+    import torch
+    from torch._dynamo.utils import counters
+    from supertune.config.load import build_run_config
+    from supertune.distributed.fsdp import mesh_shape, shard_model
+    from supertune.launch.environment import launch_environment
+    from supertune.modeling import compiled_layers
+    from supertune.modeling.tokenizer import load_tokenizer
+    sys.path.insert(0, sys.argv[1])
+    from test_compiled_layers import _batches, _model, _train
+
+    compiled_layers.BACKEND = "aot_eager"
+    cfg = build_run_config({"distributed": {"strategy": "fsdp"}})
+    tokenizer = load_tokenizer(cfg)
+    checkpointed = {"gradient_checkpointing": True, "gradient_checkpointing_every": 2}
+    eager = _model(tokenizer, config_overrides={"num_hidden_layers": 3}, **checkpointed)
+    compiled = copy.deepcopy(eager)
+    compiled_layers.compile_layers(compiled)
+    shard_model(compiled, cfg, launch_environment())
+    batches = _batches(len(tokenizer), 3)
+    losses = _train(eager, batches)[0], _train(compiled, batches)[0]
+    print((*losses, counters["stats"]["unique_graphs"], mesh_shape(compiled), type(compiled.model.layers[0]).__name__))
+    """
+)
+
+
+def test_compiled_layers_under_fsdp2_with_checkpointing(tmp_path):
+    """FSDP2 (fully_shard per decoder layer and the root, one process: the very path of a sharded run)
+    over compiled layers, every 2nd checkpointed: eager's losses, one graph per kind of layer. FSDP2
+    gives each layer a subclass; the compiled code finds its checkpointing wrapper all the same."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FSDP_ONE_PROCESS, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    eager, compiled, graphs, mesh, layer = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert mesh == {"dp_shard": 1} and layer == "FSDPLlamaDecoderLayer"
+    _same(eager, compiled, 1e-6)
+    assert graphs == 2  # one for the checkpointed layers, one for the others
