@@ -237,3 +237,60 @@ def test_compiled_layers_under_fsdp2_with_checkpointing(tmp_path):
     assert mesh == {"dp_shard": 1} and layer == "FSDPLlamaDecoderLayer"
     _same(eager, compiled, 1e-6)
     assert graphs == 2  # one for the checkpointed layers, one for the others
+
+
+TRAIN_BOTH = textwrap.dedent(
+    """
+    import dataclasses, sys
+    from supertune.cli.main import main
+    from supertune.modeling import compiled_layers, speed
+
+    compiled_layers.BACKEND = "aot_eager"  # see the module docstring
+    record = speed.SPEEDUPS["compile"]
+    speed.SPEEDUPS["compile"] = dataclasses.replace(
+        record, unavailable=lambda model, facts: record.unavailable(model, dataclasses.replace(facts, device="cuda"))
+    )
+    common = sys.argv[3:]
+    assert main(["train", "--run-dir", sys.argv[1], "training.speed_skip=[compile]", *common]) == 0
+    assert main(["train", "--run-dir", sys.argv[2], *common]) == 0
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_run_with_compiled_layers_gives_the_losses_of_eager(tmp_path):
+    """`supertune train` on the embedded model with document-masked packing and gradient checkpointing
+    of every 2nd layer, 4 steps: the Trainer's losses and eval loss with the layers compiled (the
+    record told it runs on CUDA) equal those of the eager run."""
+    import json
+
+    eager_dir, compiled_dir = tmp_path / "eager", tmp_path / "compiled"
+    settings = [
+        "data.document_mask=true",
+        "model.gradient_checkpointing=true",
+        "model.gradient_checkpointing_every=2",
+        "training.max_steps=4",
+        "training.logging_steps=1",
+        "training.save_strategy=no",
+        "training.report_to=[]",
+        "training.per_device_train_batch_size=4",
+        "generate.max_new_tokens=0",
+        "data.max_eval_samples=8",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAIN_BOTH, str(eager_dir), str(compiled_dir), *settings],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    losses, summaries = [], []
+    for run_dir in (eager_dir, compiled_dir):
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        losses.append({r["step"]: r["loss"] for r in rows if "loss" in r})
+        summaries.append(json.loads((run_dir / "summary.json").read_text()))
+    assert len(losses[0]) == 4 and losses[0].keys() == losses[1].keys()
+    _same(list(losses[0].values()), list(losses[1].values()), 1e-6)
+    assert abs(summaries[1]["eval_loss"] - summaries[0]["eval_loss"]) <= 1e-6 * summaries[0]["eval_loss"]
+    assert "compile" in summaries[1]["speed"]["taken"]
+    assert summaries[0]["speed"]["left_out"]["compile"] == "training.speed_skip"
