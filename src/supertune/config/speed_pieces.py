@@ -21,6 +21,6 @@ SPEED_PIECES: dict[str, str] = {
     ),
     "compile": (
         "every decoder layer's training forward compiled by torch.compile (inductor), one graph for all the "
-        "layers; the same arithmetic in fused kernels (CUDA; not with training.torch_compile)"
+        "layers; the same arithmetic in fused kernels (CUDA, ddp or fsdp; not with training.torch_compile)"
     ),
 }

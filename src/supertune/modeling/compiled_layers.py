@@ -2,8 +2,9 @@
 
 Per layer, not the whole model, because:
 - the work is in the layers and they are all alike: one layer's graph is traced and compiled once
-  (the layers share their code, and the graph takes their weights as inputs), so compile time does
-  not grow with the depth, as it would for one graph of the whole model;
+  (the layers share their code, and the graph takes their weights as inputs: dynamo's
+  inline_inbuilt_nn_modules, on by default in the PyTorch pinned here), so compile time does not
+  grow with the depth, as it would for one graph of the whole model;
 - what sits between the layers stays eager, where it has data-dependent Python: transformers' mask
   building from packed position ids, supertune's document pre-hook (modeling/packed_attention.py) and
   flex block mask, the chunked loss (modeling/chunked_loss.py), LoRA's wrapper, the Trainer's loss
@@ -30,12 +31,14 @@ the document boundaries are data: SDPA's 4-D mask is a tensor of that shape, and
 (modeling/flex_documents.py) holds tensors whose shapes follow the row length only; the guards check
 shapes, dtypes and the layer's flags (training, gradient_checkpointing), never values. The cache is
 switched off (config.use_cache) as gradient checkpointing does, since a cache object passed to the
-layers in training would be guarded on its state, which changes from layer to layer. A last batch
-with fewer rows compiles once more (dynamo then marks the batch size dynamic).
-tests/test_compiled_layers.py counts the compilations over steps with different boundaries.
+layers in training would be guarded on its state, which changes from layer to layer. What compiles
+once more: a batch none of whose rows holds a boundary (transformers then gives SDPA no mask, its
+causal path), and a last batch with fewer rows (dynamo then treats the batch size as dynamic).
+tests/test_compiled_layers.py counts one compilation over steps with different boundaries. Past
+dynamo's recompile limit (8 variants of one function) a new variant would run eager: slower, not wrong.
 
-Cost: the first training step compiles (seconds on CUDA; on CPU, inductor writes and builds C++
-kernels, a minute on a busy 2-core machine for the embedded model, see docs/speed.md); the compiled
+Cost: the first training step compiles (not yet timed on a GPU; on CPU inductor writes and builds
+C++ kernels: 61-101 s for the embedded model on a busy 2-core machine, docs/speed.md); the compiled
 forward keeps the activations its fused backward needs, as eager does.
 """
 
