@@ -145,7 +145,7 @@ def test_auto_takes_it_for_document_masked_packing_on_cuda_only_and_says_why_not
     dropout.config.attention_dropout = 0.1
     assert flex_documents.flex_unfit_reason(dropout) == "attention_dropout=0.1: flex attention has no dropout"
     taken = take_speedups(_llama(), "auto", [], dataclasses.replace(cuda, strategy="fsdp"))
-    assert taken.taken == ["flex_document_mask"]
+    assert taken.taken == ["flex_document_mask", "compile"]
     lora = get_peft_model(_llama(), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     assert "flex_document_mask" in take_speedups(lora, "auto", [], cuda).taken
     assert lora.base_model.model.config._attn_implementation == ATTENTION

@@ -19,4 +19,8 @@ SPEED_PIECES: dict[str, str] = {
         "document-masked packing (data.document_mask) through PyTorch's compiled flex attention with a document "
         "block mask instead of SDPA with a 4-D mask; exact (CUDA, sdpa models of verified types)"
     ),
+    "compile": (
+        "every decoder layer's training forward compiled by torch.compile (inductor), one graph for all the "
+        "layers; the same arithmetic in fused kernels (CUDA, ddp or fsdp; not with training.torch_compile)"
+    ),
 }
