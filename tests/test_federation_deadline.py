@@ -42,7 +42,7 @@ def test_round_deadline_reads_durations_and_refuses_the_rest() -> None:
         deadline_problem("0")
         == "round_deadline: must be a positive duration (e.g. 2h), got '0'; leave it empty for none"
     )
-    assert [duration_text(s) for s in (20, 5400, 7200, 600)] == ["20s", "1h30m", "2h", "10m"]
+    assert [duration_text(s) for s in (20, 5400, 7200, 600, 207, 3605)] == ["20s", "1h30m", "2h", "10m", "3m27s", "1h"]
     fed = FederationConfig(rounds=1, round_deadline="soon", sites=[SiteConfig(name="a"), SiteConfig(name="b")])
     assert federation_problems(fed) == [
         "round_deadline: 'soon' is not a duration; write e.g. 2h, 90m, 1h30m or a number of seconds"

@@ -40,10 +40,13 @@ def deadline_problem(text: str | None) -> str | None:
 
 
 def duration_text(seconds: float) -> str:
-    """2h, 1h30m, 90s: how the round table and messages say a duration."""
+    """2h, 1h30m, 3m27s, 90s: how the round table and messages say a duration (to the minute from an
+    hour up, to the second below, so that a reason never says a shorter deadline than the one set)."""
     whole = int(round(seconds))
     if whole < 120:
         return f"{whole}s"
     hours, rest = divmod(whole, 3600)
-    minutes = rest // 60
-    return f"{hours}h{minutes:02d}m" if hours and minutes else f"{hours}h" if hours else f"{minutes}m"
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
