@@ -40,7 +40,6 @@ __all__ = [
     "chat_corpus",
     "generate_conversations",
     "sample_conversation",
-    "town_facts",
 ]
 
 CHAT_CORPUS_VERSION = "v1"
@@ -59,8 +58,7 @@ EMBEDDED_CHAT_TEMPLATE = (
 )
 
 
-def town_facts(rng: random.Random) -> tuple[str, list[tuple[str, str, str]], dict[str, str]]:
-    """A town's name, its people (name, subject pronoun, profession) and where two landmarks lie."""
+def _town(rng: random.Random) -> tuple[str, list[tuple[str, str, str]], dict[str, str]]:
     town = rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)
     names = rng.sample(FEMALE + MALE, rng.randint(2, 3))
     people = [
@@ -92,7 +90,7 @@ def _question(
 
 
 def _conversation(rng: random.Random) -> list[dict[str, str]]:
-    town, people, where = town_facts(rng)
+    town, people, where = _town(rng)
     facts = [f"{n} is a {job}." for n, _, job in people]
     facts += [f"The {lm} is {d} of {town}." for lm, d in where.items()]
     messages = [{"role": "system", "content": " ".join(facts)}]

@@ -1,13 +1,14 @@
-"""The embedded preference data: questions about a generated town, each with an answer that agrees
-with the town's facts (chosen) and one that contradicts them (rejected).
+"""The embedded preference data: questions whose answers the embedded corpus's shared facts settle,
+each with an answer that agrees with those facts (chosen) and one that contradicts them (rejected).
 
-The towns, their facts and the questions are the embedded conversations' (supertune.embedded.chat),
-worded the same: a system turn states what each person does and where two landmarks lie, a user
-turn asks one question. The rejected answer gets one fact wrong: a direction the system turn does
-not give the landmark, a profession no one of the town has (with its workplace or its wares), or a
-wrong sum. Telling them apart therefore takes reading the system turn, as answering does.
+Every embedded story shares the same facts of its world (supertune.embedded.corpus): each
+profession works at its own place and makes its own wares ("Ada is a baker, so she works at the
+bakery", "As a baker, Ada makes loaves"), and sums are sums. A question names a person of the
+embedded names and a profession, or two numbers; the chosen answer states the fact in the stories'
+words, the rejected one the same sentence with another profession's place or wares, or a wrong
+sum. Telling them apart takes the corpus's facts, not the wording, which is the same on both sides.
 
-Written in TRL's conversational formats: pairs as {"prompt": [turns], "chosen": [answer turn],
+Written in TRL's conversational formats: pairs as {"prompt": [user turn], "chosen": [answer turn],
 "rejected": [answer turn]}; the unpaired rows of KTO as {"prompt", "completion", "label"}, each
 prompt once, with its chosen answer (label true) or its rejected one (false), drawn half and half.
 Generation uses only ``random.Random(seed)``, as the stories do.
@@ -20,58 +21,61 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from supertune.embedded.chat import town_facts
-from supertune.embedded.corpus import DIRECTIONS, NUMBERS, PROFESSIONS, build_once
+from supertune.embedded.corpus import (
+    DIRECTIONS,
+    FEMALE,
+    LANDMARKS,
+    MALE,
+    PROFESSIONS,
+    TOWN_HEADS,
+    TOWN_TAILS,
+    build_once,
+)
 from supertune.paths import cache_dir
 
 __all__ = ["PREFERENCE_VERSION", "PreferenceCorpus", "generate_pairs", "preference_corpus"]
 
 PREFERENCE_VERSION = "v1"
-TRAIN_SEED, TRAIN_PAIRS = 21, 3000
+TRAIN_SEED, TRAIN_PAIRS = 21, 2000
 VALIDATION_SEED, VALIDATION_PAIRS = 22, 200
 
 Turn = dict[str, str]
 
 
-def _answers(
-    rng: random.Random, town: str, people: list[tuple[str, str, str]], where: dict[str, str]
-) -> tuple[str, str, str]:
-    """(question, the answer the facts give, an answer that contradicts them)."""
-    kind = rng.choice(("where", "job", "workplace", "make", "sum"))
-    name, subject, job = rng.choice(people)
-    other = rng.choice(sorted(set(PROFESSIONS) - {j for _, _, j in people}))
+def _question(rng: random.Random) -> tuple[str, str, str]:
+    """(a fact of a town and a question about it, the answer that agrees with the fact, one that contradicts it)."""
+    kind = rng.choice(("where", "job", "workplace", "wares"))
+    town = rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)
     if kind == "where":
-        lm = rng.choice(sorted(where))
-        wrong = rng.choice([d for d in DIRECTIONS if d != where[lm]])
-        return f"Where is the {lm}?", f"The {lm} is {where[lm]} of {town}.", f"The {lm} is {wrong} of {town}."
+        landmark, way = rng.choice(LANDMARKS), rng.choice(DIRECTIONS)
+        wrong = rng.choice([d for d in DIRECTIONS if d != way])
+        said = f"The {landmark} is {{}} of {town}."
+        return f"{said.format(way)} Where is the {landmark}?", said.format(way), said.format(wrong)
+    name = rng.choice(FEMALE + MALE)
+    subject = "she" if name in FEMALE else "he"
+    job, other = rng.sample(sorted(PROFESSIONS), 2)
+    fact = f"{name} is a {job} in {town}."
     if kind == "job":
-        return f"What does {name} do?", f"{name} is a {job}.", f"{name} is a {other}."
+        return f"{fact} What does {name} do?", f"{name} is a {job}.", f"{name} is a {other}."
     if kind == "workplace":
         said = "{name} is a {job}, so {subject} works at the {place}."
         return (
-            f"Where does {name} work?",
+            f"{fact} Where does {name} work?",
             said.format(name=name, job=job, subject=subject, place=PROFESSIONS[job][0]),
             said.format(name=name, job=other, subject=subject, place=PROFESSIONS[other][0]),
         )
-    if kind == "make":
-        return (
-            f"What does {name} make?",
-            f"{name} makes {PROFESSIONS[job][2]}.",
-            f"{name} makes {PROFESSIONS[other][2]}.",
-        )
-    a, b = rng.randint(0, 10), rng.randint(0, 10)
-    wrong = rng.choice([n for n in range(max(0, a + b - 3), min(20, a + b + 3) + 1) if n != a + b])
-    said = f"{NUMBERS[a].capitalize()} plus {NUMBERS[b]} is "
-    return f"What is {NUMBERS[a]} plus {NUMBERS[b]}?", said + f"{NUMBERS[a + b]}.", said + f"{NUMBERS[wrong]}."
+    said = "As a {job}, {name} makes {wares}."
+    return (
+        f"{fact} What does {name} make?",
+        said.format(job=job, name=name, wares=PROFESSIONS[job][2]),
+        said.format(job=other, name=name, wares=PROFESSIONS[other][2]),
+    )
 
 
 def _pair(rng: random.Random) -> dict[str, list[Turn]]:
-    town, people, where = town_facts(rng)
-    facts = [f"{n} is a {job}." for n, _, job in people]
-    facts += [f"The {lm} is {d} of {town}." for lm, d in where.items()]
-    question, chosen, rejected = _answers(rng, town, people, where)
+    question, chosen, rejected = _question(rng)
     return {
-        "prompt": [{"role": "system", "content": " ".join(facts)}, {"role": "user", "content": question}],
+        "prompt": [{"role": "user", "content": question}],
         "chosen": [{"role": "assistant", "content": chosen}],
         "rejected": [{"role": "assistant", "content": rejected}],
     }

@@ -262,6 +262,7 @@ def _summary(
         "eval_tokens": eval_tokens,
         # What eval_loss (and train_loss) are over: all tokens, or the answers' (data.loss_on).
         "loss_on": cfg.data.loss_target,
+        "objective": cfg.training.objective,
         "loss_tokens_available": data.loss_tokens_available,
         # A preference loss is no token loss: it has no perplexity.
         "perplexity": None if is_preference(cfg) else math.exp(min(eval_loss, 50.0)),

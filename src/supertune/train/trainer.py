@@ -33,8 +33,9 @@ log = logging.getLogger("supertune")
 
 
 def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
-    """Tokens in one optimizer step when every sequence is full (packing); None for padded batches."""
-    if not cfg.data.packing:
+    """Tokens in one optimizer step when every sequence is full (packing); None for padded batches
+    (and preference rows, which are padded)."""
+    if not cfg.data.packing or cfg.training.objective != "sft":
         return None
     return global_batch(cfg, world_size) * cfg.data.block_size
 
