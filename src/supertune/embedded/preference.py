@@ -1,12 +1,13 @@
-"""The embedded preference data: questions whose answers the embedded corpus's shared facts settle,
-each with an answer that agrees with those facts (chosen) and one that contradicts them (rejected).
+"""The embedded preference data: a fact of a town in the embedded corpus's world and a question about
+it, each with an answer that agrees with the fact (chosen) and one that contradicts it (rejected).
 
-Every embedded story shares the same facts of its world (supertune.embedded.corpus): each
-profession works at its own place and makes its own wares ("Ada is a baker, so she works at the
-bakery", "As a baker, Ada makes loaves"), and sums are sums. A question names a person of the
-embedded names and a profession, or two numbers; the chosen answer states the fact in the stories'
-words, the rejected one the same sentence with another profession's place or wares, or a wrong
-sum. Telling them apart takes the corpus's facts, not the wording, which is the same on both sides.
+The facts are those the embedded stories tell (supertune.embedded.corpus), in their words: where a
+landmark lies, what a person does, where a profession works and what it makes ("Ada is a baker, so
+she works at the bakery"). A prompt states one fact and asks about it; the chosen answer repeats
+it, the rejected one is the same sentence with one word that contradicts it: another direction,
+profession, workplace or ware. Telling them apart takes reading the fact in the prompt (a copy
+across the conversation, what a model learns early), not the wording, which is the same on both
+sides, nor which words are wrong, which are as often right in another pair.
 
 Written in TRL's conversational formats: pairs as {"prompt": [user turn], "chosen": [answer turn],
 "rejected": [answer turn]}; the unpaired rows of KTO as {"prompt", "completion", "label"}, each
@@ -53,23 +54,18 @@ def _question(rng: random.Random) -> tuple[str, str, str]:
         return f"{said.format(way)} Where is the {landmark}?", said.format(way), said.format(wrong)
     name = rng.choice(FEMALE + MALE)
     subject = "she" if name in FEMALE else "he"
-    job, other = rng.sample(sorted(PROFESSIONS), 2)
-    fact = f"{name} is a {job} in {town}."
+    job = rng.choice(sorted(PROFESSIONS))
+    place, _, wares = PROFESSIONS[job]
     if kind == "job":
-        return f"{fact} What does {name} do?", f"{name} is a {job}.", f"{name} is a {other}."
+        wrong = rng.choice(sorted(set(PROFESSIONS) - {job}))
+        return f"{name} is a {job} in {town}. What does {name} do?", f"{name} is a {job}.", f"{name} is a {wrong}."
     if kind == "workplace":
-        said = "{name} is a {job}, so {subject} works at the {place}."
-        return (
-            f"{fact} Where does {name} work?",
-            said.format(name=name, job=job, subject=subject, place=PROFESSIONS[job][0]),
-            said.format(name=name, job=other, subject=subject, place=PROFESSIONS[other][0]),
-        )
-    said = "As a {job}, {name} makes {wares}."
-    return (
-        f"{fact} What does {name} make?",
-        said.format(job=job, name=name, wares=PROFESSIONS[job][2]),
-        said.format(job=other, name=name, wares=PROFESSIONS[other][2]),
-    )
+        wrong = rng.choice(sorted({p for p, _, _ in PROFESSIONS.values()} - {place}))
+        fact = f"{name} is a {job}, so {subject} works at the {place} of {town}."
+        return f"{fact} Where does {name} work?", f"{name} works at the {place}.", f"{name} works at the {wrong}."
+    wrong = rng.choice(sorted({w for _, _, w in PROFESSIONS.values()} - {wares}))
+    fact = f"As a {job} in {town}, {name} makes {wares}."
+    return f"{fact} What does {name} make?", f"{name} makes {wares}.", f"{name} makes {wrong}."
 
 
 def _pair(rng: random.Random) -> dict[str, list[Turn]]:
