@@ -15,7 +15,7 @@ from ..byte_sizes import byte_size_problem, parse_byte_size
 from ..file_formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
-from .objectives import KNOB_DEFAULTS, OBJECTIVES, objective_problems
+from .objective_checks import objective_config_problems
 from .ranges import range_problems, seed_problems
 from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 from .speed_pieces import SPEED_PIECES
@@ -345,34 +345,9 @@ def _check_template(template: str, p: list[str], key: str = "data.template", nee
         )
 
 
-def _check_objective(cfg: RunConfig, p: list[str]) -> None:
-    """training.objective and its knobs; what the preference objectives cannot read yet."""
-    t, d = cfg.training, cfg.data
-    p += objective_problems(t.objective, {name: getattr(t, name) for name in KNOB_DEFAULTS})
-    if t.objective not in OBJECTIVES or OBJECTIVES[t.objective].rows == "text":
-        return
-    why = f"training.objective={t.objective} reads its rows from files, a hub dataset or the embedded pairs"
-    if d.store:
-        p.append(f"data.store: {why}; a token store of preference rows is not supported yet, give data.train_files")
-    if d.streaming:
-        p.append(f"data.streaming: {why} into memory; set data.streaming=false")
-    if d.document_mask:
-        p.append(
-            f"data.document_mask: training.objective={t.objective} pads its rows (pairs are not packed yet); set it false"
-        )
-    if d.format == "prompt_completion":
-        p.append(
-            f"data.format: training.objective={t.objective} reads preference rows, not prompt/completion rows; leave data.format out"
-        )
-    if cfg.distributed.strategy != "ddp":
-        p.append(
-            f"distributed.strategy: training.objective={t.objective} runs under ddp only for now (got {cfg.distributed.strategy})"
-        )
-
-
 def _check_training(cfg: RunConfig, p: list[str]) -> None:
     t = cfg.training
-    _check_objective(cfg, p)
+    p += objective_config_problems(cfg)
     if t.bf16 and t.fp16:
         p.append("training.bf16: set together with training.fp16; choose one mixed precision")
     if t.init_optimizer_from is not None:
