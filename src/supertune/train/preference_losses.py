@@ -17,7 +17,7 @@ chosen tokens of the batch).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -81,6 +81,11 @@ class UnpairedLogps:
 class LossOutput:
     loss: torch.Tensor
     metrics: dict[str, torch.Tensor]
+    """Means over the batch's pairs (rows), or over the rows `counts` says."""
+    rows: int = 0
+    """Pairs (rows) in the batch: the weight of its means when batches are averaged."""
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    """The rows a metric is a mean over, where not all of them (KTO's desirable and undesirable rows)."""
 
 
 def _pair_metrics(
@@ -128,7 +133,7 @@ def dpo(lp: PairLogps, t: TrainingConfig) -> LossOutput:
     ref_chosen, ref_rejected = _reference(lp)
     chosen_ratio, rejected_ratio = lp.chosen - ref_chosen, lp.rejected - ref_rejected
     losses = DPO_LOSSES[t.dpo_loss](chosen_ratio - rejected_ratio, t.beta)
-    return LossOutput(losses.mean(), _pair_metrics(t.beta * chosen_ratio, t.beta * rejected_ratio, lp))
+    return LossOutput(losses.mean(), _pair_metrics(t.beta * chosen_ratio, t.beta * rejected_ratio, lp), len(losses))
 
 
 def orpo(lp: PairLogps, t: TrainingConfig) -> LossOutput:
@@ -144,14 +149,14 @@ def orpo(lp: PairLogps, t: TrainingConfig) -> LossOutput:
     metrics = _pair_metrics(t.beta * chosen_mean, t.beta * rejected_mean, lp)
     metrics["nll_loss"] = nll.detach().mean()
     metrics["log_odds_ratio"] = log_odds.detach().mean()
-    return LossOutput((nll + t.beta * ratio_loss).mean(), metrics)
+    return LossOutput((nll + t.beta * ratio_loss).mean(), metrics, len(nll))
 
 
 def simpo(lp: PairLogps, t: TrainingConfig) -> LossOutput:
     chosen_rewards = t.beta * lp.chosen / lp.chosen_tokens
     rejected_rewards = t.beta * lp.rejected / lp.rejected_tokens
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards - t.simpo_gamma)
-    return LossOutput(losses.mean(), _pair_metrics(chosen_rewards, rejected_rewards, lp))
+    return LossOutput(losses.mean(), _pair_metrics(chosen_rewards, rejected_rewards, lp), len(losses))
 
 
 def kto(lp: UnpairedLogps, t: TrainingConfig) -> LossOutput:
@@ -164,13 +169,15 @@ def kto(lp: UnpairedLogps, t: TrainingConfig) -> LossOutput:
     )
     rewards = (t.beta * ratio).detach()
     metrics: dict[str, torch.Tensor] = {"kl": lp.kl.detach()}
+    counts: dict[str, torch.Tensor] = {}
     for side, rows in (("chosen", good), ("rejected", ~good)):
         if rows.any():
             metrics[f"rewards/{side}"] = rewards[rows].mean()
             metrics[f"logps/{side}"] = lp.answer.detach()[rows].mean()
+            counts[f"rewards/{side}"] = counts[f"logps/{side}"] = rows.sum()
     if good.any() and (~good).any():
         metrics["rewards/margins"] = metrics["rewards/chosen"] - metrics["rewards/rejected"]
-    return LossOutput(losses.mean(), metrics)
+    return LossOutput(losses.mean(), metrics, len(losses), counts)
 
 
 LOSSES: dict[str, Callable[[Any, TrainingConfig], LossOutput]] = {

@@ -7,7 +7,7 @@ start model before training (supertune.train.preference_reference) and come with
 and SimPO have none.
 
 The metrics (TRL's names) are summed per micro-batch in a tensor on the device, without a sync, and
-averaged (over the micro-batches, then over the processes: one all-reduce) when the Trainer logs:
+averaged over every pair since the last log (over the processes: one all-reduce) when the Trainer logs:
 `rewards/...` with the training loss, `eval_rewards/...` with an evaluation's loss.
 """
 
@@ -73,7 +73,7 @@ class PreferenceTrainer(GuardedTrainer):
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
         out = self.preference_loss(model, inputs)
-        self._add("train" if model.training else "eval", out.metrics)
+        self._add("train" if model.training else "eval", out)
         return (out.loss, None) if return_outputs else out.loss
 
     def prediction_step(
@@ -82,7 +82,7 @@ class PreferenceTrainer(GuardedTrainer):
         inputs = self._prepare_inputs(inputs)
         with torch.no_grad(), self.compute_loss_context_manager():
             out = self.preference_loss(model, inputs)
-        self._add("eval", out.metrics)
+        self._add("eval", out)
         return out.loss.detach(), None, None
 
     def preference_loss(self, model: Any, inputs: dict[str, Any]) -> LossOutput:
@@ -133,14 +133,17 @@ class PreferenceTrainer(GuardedTrainer):
 
     # -- metrics ----------------------------------------------------------------------------------
 
-    def _add(self, kind: str, metrics: dict[str, torch.Tensor]) -> None:
+    def _add(self, kind: str, out: LossOutput) -> None:
+        """Each metric's sum over the rows it is a mean of, and their count: the logged value is the
+        mean over every pair (row) since the last log, whatever the batches were."""
         sums = self._sums.get(kind)
         if sums is None:
             sums = self._sums[kind] = torch.zeros(2, len(METRIC_NAMES), dtype=torch.float64, device=self.args.device)
-        for name, value in metrics.items():
+        for name, value in out.metrics.items():
             i = METRIC_NAMES.index(name)
-            sums[0, i] += value.detach().to(sums.device, torch.float64)
-            sums[1, i] += 1
+            rows = torch.as_tensor(out.counts.get(name, out.rows), dtype=torch.float64, device=sums.device)
+            sums[0, i] += value.detach().to(sums.device, torch.float64) * rows
+            sums[1, i] += rows
 
     def _averaged(self, kind: str) -> dict[str, float]:
         sums = self._sums.pop(kind, None)
