@@ -6,7 +6,9 @@
 In order of what is least verified: the embedded default in fp32 and bf16 (which device trained),
 FSDP on one GPU (full and shard_grad_op; bf16 and fp16 output reloaded by plain from_pretrained),
 a ~1 B Llama at block 2048 in bf16 with supertune's settings beside plain Trainer defaults (tokens/s,
-MFU against the GPU's dense bf16 peak, peak memory), SIGKILL-and-resume, DeepSpeed ZeRO-2/3 in bf16
+MFU against the GPU's dense bf16 peak, peak memory; supertune with training.speed=plain and with
+document masks beside it), the largest batch the plain Trainer and supertune fit at blocks of 4096
+and 8192 tokens (doubling until out of memory), SIGKILL-and-resume, DeepSpeed ZeRO-2/3 in bf16
 with and without CPU offload, `supertune doctor`, eager (and flash, if installed) attention against
 sdpa, and plain Trainer in bf16. Each check fits in what is left of --budget-s or is listed as not
 run. Writes gpu-<date>.md and .json to --out (default bench/results), after every check.
@@ -24,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_checks import machine, report  # noqa: E402 - bench/ is not a package
+from gpu_checks import machine, memory, report  # noqa: E402 - bench/ is not a package
 from gpu_checks.checks import DRY, GPU, Checklist  # noqa: E402
 from gpu_checks.runs import Budget, Runner  # noqa: E402
 
@@ -58,6 +60,7 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
         ("fsdp-shard_grad_op", lambda: c.fsdp("shard_grad_op", "fp16", bf16=False)),
         ("throughput", lambda: c.throughput_supertune()),
         ("throughput-plain", lambda: c.throughput_supertune("plain")),
+        ("throughput-documents", lambda: c.throughput_supertune("auto", documents=True)),
         ("plain-fp32", lambda: c.throughput_plain(bf16=False)),
         ("zero2", lambda: c.zero(2, "none")),
         ("resume", lambda: c.resume()),
@@ -75,10 +78,17 @@ def plan(c: Checklist) -> list[tuple[str, Callable[[], None]]]:
             "fsdp-checkpointing",
             lambda: c.fsdp("full", "bf16", True, "gradient checkpointing", ("model.gradient_checkpointing=true",)),
         ),
+        # Last: up to 4 x ~240 s of doubling batches; `--only memory-4096 memory-8192` runs them alone.
+        ("memory-4096", lambda: memory.check(c, 4096)),
+        ("memory-8192", lambda: memory.check(c, 8192)),
     ]
 
 
 # The dry run's default: one variant of each check, so every code path runs in a fraction of the time.
+# throughput-plain and throughput-documents are left out: each is one more run of the throughput
+# check's code with one setting changed (training.speed, data.document_mask), and the document
+# masks' own path, flex attention taken on CUDA only, is trained on CPU by tests/test_flex_documents.py.
+# The memory checks are left out too: the dry run's sizes leave them nothing to fill (Sizes.memory_most).
 DRY_RUN_CHECKS = (
     "default-fp32",
     "fsdp-full",

@@ -221,3 +221,52 @@ def test_evaluating_a_runs_model_with_a_damaged_config_is_one_line(tmp_path: Pat
         f"supertune: error: {run}/config.yaml: is damaged (training is a list, not a mapping of settings); "
         "supertune writes it when a run starts: restore it, or copy the model out of the run"
     ]
+
+
+STOPPED = {"stopped": True, "reason": "SIGUSR1", "step": 4, "checkpoint": "checkpoint-4", "unix_time": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("content", "damage"),
+    [
+        (_line([STOPPED]), "a JSON list, not an object"),
+        (_line(STOPPED)[:15], "not JSON"),
+        (_line({k: v for k, v in STOPPED.items() if k != "checkpoint"}), "no checkpoint"),
+        (_line({**STOPPED, "step": "four"}), "step is 'four', not a whole number"),
+    ],
+)
+def test_a_damaged_stop_record_is_one_line_naming_the_fix(tmp_path: Path, content: bytes, damage: str) -> None:
+    """stopped.json is what `supertune train` reads to say where a stopped run resumes from."""
+    from supertune.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    assert run.read_stopped("run directory") is None
+    run.stopped.write_bytes(content)
+    with pytest.raises(UserError) as caught:
+        run.read_stopped("run directory")
+    message = str(caught.value)
+    assert message.startswith(f"run directory: {run.stopped} is ") and damage in message, message
+    assert "delete it and run the same command again" in message and "\n" not in message
+    run.stopped.write_bytes(_line(STOPPED))
+    assert run.read_stopped("run directory") == STOPPED
+
+
+def test_squeue_answering_what_is_not_a_job_id_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """The ids squeue lists go on to scontrol and scancel: a stand-in squeue prints a banner line, as
+    a site's wrapper might, and an array task's id; neither reaches another command."""
+    from supertune.slurm.commands import named_jobs
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    squeue.write_text("#!/bin/sh\nprintf '12\\n 13 \\n'\n")
+    squeue.chmod(0o755)
+    assert named_jobs("site-a") == ["12", "13"]
+    for answer, shown in (("Welcome to the cluster", "'Welcome to the cluster'"), ("14_[1-3]", "'14_[1-3]'")):
+        squeue.write_text(f"#!/bin/sh\nprintf '12\\n{answer}\\n'\n")
+        with pytest.raises(UserError) as caught:
+            named_jobs("site-a")
+        assert str(caught.value) == (
+            f"squeue --name=site-a: Slurm answered {shown}, not a job id (digits); check Slurm with `squeue --me`"
+        )

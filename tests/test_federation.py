@@ -523,3 +523,35 @@ def test_a_federation_saved_before_the_server_optimizer_keys_resumes_with_its_ya
     federate(str(uninterrupted.parent / "federation.yaml"), str(fed_dir))  # the same settings: resumed, nothing to do
     with pytest.raises(UserError, match="holds a federation with other settings"):
         federate(str(_federation(tmp_path, aggregation={"server_optimizer": "fedadam"})), str(fed_dir))
+
+
+@pytest.mark.slow
+def test_a_federation_written_before_its_records_were_typed_resumes(uninterrupted: Path, tmp_path: Path) -> None:
+    # Round 1 trained and decided as before: the training receipts of the oldest shape (no loss_tokens, no
+    # seconds) and a cost.json with every kind of attempt, written as their writers wrote them. The resume
+    # averages the round from them into the uninterrupted federation's global model and leaves them be.
+    from supertune.federation.run import federate
+
+    fed_dir = tmp_path / "fed"
+    copy_before_average(uninterrupted, fed_dir, 1)
+    attempts = [
+        {"end": None, "job": None, "nodes": None, "outcome": "failed: submitting its job", "start": None, "submit": None},
+        {"end": 1700003700.0, "job": None, "nodes": 1, "outcome": "finished", "processes": 1, "start": 1700000100.0,
+         "submit": 1700000100.0},
+    ]  # fmt: skip
+    written = {}
+    for site in ("site-a", "site-b"):
+        receipt = fed_dir / "round-001" / site / "trained.json"
+        oldest = {k: v for k, v in json.loads(receipt.read_text()).items() if k not in ("loss_tokens", "seconds")}
+        receipt.write_text(json.dumps(oldest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        cost = receipt.with_name("cost.json")
+        cost.write_text(json.dumps({"attempts": attempts}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written[receipt], written[cost] = receipt.read_bytes(), cost.read_bytes()
+    federate(str(fed_dir), None)
+    assert _max_difference(_global(fed_dir, 1), _global(uninterrupted, 1)) <= 1e-5
+    assert {path: path.read_bytes() for path in written} == written
+    rows = json.loads((fed_dir / "rounds.json").read_text())["rows"]
+    assert [(r["site"], r["loss_tokens"], r["train_s"], r["attempts"]) for r in rows] == [
+        ("site-a", None, 0.0, 2),
+        ("site-b", None, 0.0, 2),
+    ]

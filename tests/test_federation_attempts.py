@@ -1,5 +1,5 @@
 """The attempt rules every executor shares (federation/rounds/attempts.py) and an attempt's cost record
-(federation/state/cost.py's Attempt): the reason's wording, and cost.json's entries as they have
+(federation/state/records.py's Attempt, kept by cost.py): the reason's wording, and cost.json's entries as they have
 always been written, read back by the cost columns."""
 
 from __future__ import annotations

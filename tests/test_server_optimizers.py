@@ -275,3 +275,33 @@ def test_the_config_and_the_command_line_offer_the_registrys_names(tmp_path: Pat
     assert args.server_optimizer == names[-1]
     with pytest.raises(SystemExit):
         parser.parse_args(["average", "a", "b", "--out", "c", "--server-optimizer", "fedadamw"])
+
+
+def test_the_server_keys_reference_says_what_the_registry_holds() -> None:
+    """The schema's docstrings of aggregation.server_* (`--help`, docs/config.md) are prose, written by
+    hand: each names every optimizer with the defaults and the settings its record holds."""
+    import re
+
+    from supertune.averaging.server_optimizers import SERVER_OPTIMIZERS
+    from supertune.config.docs import config_keys
+    from supertune.federation.config.schema import FederationConfig
+
+    docs = {k.key: k.doc for k in config_keys(FederationConfig)}
+    said = docs["aggregation.server_optimizer"]
+    assert [n for n in SERVER_OPTIMIZERS if re.search(rf"\b{n}\b", said)] == list(SERVER_OPTIMIZERS), said
+
+    def defaults(key: str) -> dict[str, float]:
+        """`1 for fedavgm (...), 0.7 for nesterov, 0.01 for fedadam, fedyogi` -> {name: value}."""
+        text = docs[key].split("empty: ", 1)[1].rstrip(".")
+        found: dict[str, float] = {}
+        for value, names in re.findall(r"(\d+(?:\.\d+)?) for (.+?)(?=, \d|$)", text):
+            names = re.sub(r"\([^)]*\)", "", names)
+            chosen = set(SERVER_OPTIMIZERS) - set(found) if names.strip() == "the others" else re.findall(r"\w+", names)
+            found.update(dict.fromkeys(chosen, float(value)))
+        return found
+
+    assert defaults("aggregation.server_lr") == {n: o.lr for n, o in SERVER_OPTIMIZERS.items()}
+    assert defaults("aggregation.server_momentum") == {n: o.momentum for n, o in SERVER_OPTIMIZERS.items()}
+    for key in ("server_beta2", "server_tau"):
+        users = docs[f"aggregation.{key}"].split(":", 1)[0]
+        assert re.findall(r"\w+", users) == [n for n, o in SERVER_OPTIMIZERS.items() if key in o.uses], key

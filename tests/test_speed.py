@@ -15,6 +15,9 @@ from supertune.config.load import build_run_config
 from supertune.config.speed_pieces import SPEED_PIECES
 from supertune.modeling.speed import SPEEDUPS, RunFacts, take_speedups
 
+NOT_DOCUMENT_MASKED = "data.document_mask=false: only document-masked packing has a block mask to use"
+CPU_COMPILE = "CPU: compiled layers were slower than eager here, after a minute of compiling; CUDA only"
+
 SHORT = [
     "training.max_steps=8",
     "training.logging_steps=1",
@@ -50,17 +53,23 @@ def test_auto_trains_to_the_losses_of_plain_and_says_what_it_took(tmp_path):
         "mode": "auto",
         "device": "cpu",
         "taken": ["chunked_cross_entropy", "fused_adamw"],
-        "left_out": {},
+        "left_out": {"flex_document_mask": NOT_DOCUMENT_MASKED, "compile": CPU_COMPILE},
     }
     assert plain_summary["speed"]["taken"] == []
     assert plain_summary["speed"]["left_out"] == {
         "chunked_cross_entropy": "training.speed=plain",
         "fused_adamw": "training.speed=plain",
+        "flex_document_mask": "training.speed=plain",
+        "compile": "training.speed=plain",
     }
-    assert "speed: auto on CPU: chunked_cross_entropy, fused_adamw\n" in auto_log
+    assert (
+        "speed: auto on CPU: chunked_cross_entropy, fused_adamw; left out: "
+        f"flex_document_mask ({NOT_DOCUMENT_MASKED}); compile ({CPU_COMPILE})\n" in auto_log
+    )
     assert (
         "speed: plain on CPU: none; left out: chunked_cross_entropy (training.speed=plain); "
-        "fused_adamw (training.speed=plain)" in plain_log
+        "fused_adamw (training.speed=plain); flex_document_mask (training.speed=plain); compile (training.speed=plain)"
+        in plain_log
     )
 
 
@@ -74,12 +83,22 @@ def test_what_auto_leaves_out_and_why():
     assert fsdp.taken == [] and fsdp.left_out == {
         "chunked_cross_entropy": "distributed.strategy=fsdp: runs under ddp only",
         "fused_adamw": "distributed.strategy=fsdp: runs under ddp only",
+        "flex_document_mask": NOT_DOCUMENT_MASKED,
+        "compile": CPU_COMPILE,
     }
     assert "forward" not in vars(llama) and fsdp.trainer_arguments == {}  # nothing applied
-    skipped = take_speedups(llama, "auto", ["chunked_cross_entropy"], RunFacts("ddp", "cuda", "adamw_torch"))
-    assert skipped.left_out == {"chunked_cross_entropy": "training.speed_skip"}
+    skip = ["chunked_cross_entropy", "compile"]
+    skipped = take_speedups(llama, "auto", skip, RunFacts("ddp", "cuda", "adamw_torch"))
+    assert skipped.left_out == {
+        "chunked_cross_entropy": "training.speed_skip",
+        "flex_document_mask": NOT_DOCUMENT_MASKED,
+        "compile": "training.speed_skip",
+    }
     assert skipped.trainer_arguments == {"optim": "adamw_torch_fused"}
-    assert skipped.line() == "speed: auto on CUDA: fused_adamw; left out: chunked_cross_entropy (training.speed_skip)"
+    assert skipped.line() == (
+        "speed: auto on CUDA: fused_adamw; left out: chunked_cross_entropy (training.speed_skip); "
+        f"flex_document_mask ({NOT_DOCUMENT_MASKED}); compile (training.speed_skip)"
+    )
     sgd = take_speedups(llama, "auto", ["chunked_cross_entropy"], RunFacts("ddp", "cpu", "sgd"))
     assert sgd.left_out["fused_adamw"] == "training.optim=sgd: replaces adamw_torch only"
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=32))
@@ -97,7 +116,8 @@ def test_an_unknown_name_in_speed_skip_is_one_line_naming_the_choices():
     with pytest.raises(ConfigError) as err:
         build_run_config({"training": {"speed_skip": ["chunked_crossentropy"]}})
     assert str(err.value) == (
-        "training.speed_skip: 'chunked_crossentropy' is not a speed-up; name any of chunked_cross_entropy, fused_adamw"
+        "training.speed_skip: 'chunked_crossentropy' is not a speed-up; name any of chunked_cross_entropy, fused_adamw, "
+        "flex_document_mask, compile"
     )
     bad = subprocess.run(
         [sys.executable, "-m", "supertune", "config", "show", "training.speed=fast"], capture_output=True, text=True

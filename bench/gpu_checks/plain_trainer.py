@@ -99,13 +99,15 @@ def main() -> None:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     result = trainer.train()
-    (t0, n0), (t1, n1) = clock.ends[WARMUP_STEPS - 1], clock.ends[-1]
+    # A run of WARMUP_STEPS or fewer (the memory check's two steps) measures memory, not speed.
+    measured = len(clock.ends) > WARMUP_STEPS
+    (t0, n0), (t1, n1) = clock.ends[min(WARMUP_STEPS, len(clock.ends)) - 1], clock.ends[-1]
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "result.json").write_text(
         json.dumps(
             {
-                "tokens_per_s": (n1 - n0) / (t1 - t0),
-                "measured_steps": len(clock.ends) - WARMUP_STEPS,
+                "tokens_per_s": (n1 - n0) / (t1 - t0) if measured else None,
+                "measured_steps": max(0, len(clock.ends) - WARMUP_STEPS),
                 "peak_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
                 "train_loss": result.training_loss,
                 # Rounded as supertune's log line gives it (millions, two decimals), to compare the arms.

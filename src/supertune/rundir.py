@@ -41,6 +41,14 @@ SUMMARY_FIELDS = {
 damage, and so is a value no run can have (0 processes or nodes, a negative count, time or rate)."""
 
 
+STOPPED_FIELDS = {
+    "step": Field("int", least=0),
+    "reason": Field("str"),
+    "checkpoint": Field("str"),
+}
+"""What `supertune train` reports of a stop on request (train/run.py writes stopped.json)."""
+
+
 class RunDir:
     """Names of the files in a run directory: every path of a run is one of these properties."""
 
@@ -62,28 +70,17 @@ class RunDir:
     def read_summary(self, label: str) -> dict[str, Any] | None:
         """summary.json as a dict; None while the run has not finished. A file that is not a JSON
         object (edited, or copied in part) is a UserError that starts with `label`."""
-        try:
-            text = self.summary.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise UserError(f"{label}: {self.summary} cannot be read ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            data, reason = None, f"not JSON: {first_line(exc)}"
-        else:
-            reason = f"a JSON {type(data).__name__}, not an object"
-        if not isinstance(data, dict):
-            raise UserError(
-                f"{label}: {self.summary} is {reason}; supertune writes it when a run finishes: restore it, or train the run again"
-            )
-        damage = record_damage(data, SUMMARY_FIELDS)
-        if damage:
-            raise UserError(
-                f"{label}: {self.summary} is damaged ({damage}); supertune writes it when a run finishes: restore it, or train the run again"
-            )
-        return data
+        return _read_record(
+            self.summary, label, SUMMARY_FIELDS, "when a run finishes: restore it, or train the run again"
+        )
+
+    def read_stopped(self, label: str) -> dict[str, Any] | None:
+        """stopped.json as a dict; None when the run did not stop on request. Damage (not an object,
+        no step or checkpoint) is a UserError that starts with `label`: the file only names the
+        checkpoint, so deleting it loses nothing and the same command resumes from the newest one."""
+        return _read_record(
+            self.stopped, label, STOPPED_FIELDS, "when a run stops on request: delete it and run the same command again"
+        )
 
     @property
     def stop_request(self) -> Path:
@@ -172,6 +169,29 @@ class RunDir:
     def accelerate_config(self) -> Path:
         """`accelerate launch`'s fixed settings, written when the job is submitted."""
         return self.path / "accelerate_config.yaml"
+
+
+def _read_record(path: Path, label: str, fields: dict[str, Field], fix: str) -> dict[str, Any] | None:
+    """A JSON object supertune wrote into a run directory, its fields checked (`fields`); None when
+    it does not exist. `fix` says when supertune writes it and what to do about damage."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"{label}: {path} cannot be read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        data, reason = None, f"not JSON: {first_line(exc)}"
+    else:
+        reason = f"a JSON {type(data).__name__}, not an object"
+    if not isinstance(data, dict):
+        raise UserError(f"{label}: {path} is {reason}; supertune writes it {fix}")
+    damage = record_damage(data, fields)
+    if damage:
+        raise UserError(f"{label}: {path} is damaged ({damage}); supertune writes it {fix}")
+    return data
 
 
 def run_of_model(model_dir: str | os.PathLike[str]) -> RunDir | None:

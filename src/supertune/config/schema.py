@@ -70,6 +70,8 @@ class ModelConfig:
     """Attention kernel; empty lets transformers choose."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: about 30% more compute for much less memory."""
+    gradient_checkpointing_every: int = 1
+    """With gradient_checkpointing: checkpoint every Nth decoder layer (the 1st, N+1th, ...), keeping the others' activations; 1: all (full), 2: half the layers, half the recomputation."""
     trust_remote_code: bool = False
     """Allow model code from the model directory (needed by some hub models)."""
     revision: str | None = None
@@ -236,11 +238,11 @@ class TrainingConfig:
     fp16: bool = False
     """fp16 mixed precision (GPU only)."""
     torch_compile: bool = False
-    """Compile the model with torch.compile."""
+    """Compile the whole model with torch.compile, as the Trainer does (training.speed's compile, per decoder layer, then stands aside)."""
     speed: Literal["auto", "plain"] = "auto"
     """auto: every exact speed-up this device and run allow (the start of the run names them, summary.json's speed records them); plain: the model's own code as the Trainer runs it, for debugging."""
     speed_skip: list[str] = field(default_factory=list)
-    """Speed-ups auto leaves out, by name: chunked_cross_entropy (the loss without the full logits), fused_adamw (adamw_torch as one fused kernel)."""
+    """Speed-ups auto leaves out, by name: chunked_cross_entropy (the loss without the full logits), fused_adamw (adamw_torch as one fused kernel), flex_document_mask (document-masked packing through flex attention), compile (the decoder layers compiled)."""
     dataloader_num_workers: int = 0
     """Worker processes per data loader."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])

@@ -15,4 +15,12 @@ SPEED_PIECES: dict[str, str] = {
         "(batch x sequence x vocabulary) are never in memory; exact (ddp, Llama-like models)"
     ),
     "fused_adamw": "training.optim adamw_torch as one fused kernel (adamw_torch_fused) on CPU and CUDA (ddp)",
+    "flex_document_mask": (
+        "document-masked packing (data.document_mask) through PyTorch's compiled flex attention with a document "
+        "block mask instead of SDPA with a 4-D mask; exact (CUDA, sdpa models of verified types)"
+    ),
+    "compile": (
+        "every decoder layer's training forward compiled by torch.compile (inductor), one graph for all the "
+        "layers; the same arithmetic in fused kernels (CUDA, ddp or fsdp; not with training.torch_compile)"
+    ),
 }

@@ -180,6 +180,14 @@ def _check_model(cfg: RunConfig, p: list[str]) -> None:
         )
     if m.bundle is not None and m.tokenizer is not None:
         p.append("model.bundle: set together with model.tokenizer; the bundle holds the tokenizer, remove one")
+    every = m.gradient_checkpointing_every
+    if every < 1:
+        p.append(f"model.gradient_checkpointing_every: must be 1 or more (every Nth decoder layer), got {every}")
+    elif every > 1 and not m.gradient_checkpointing:
+        p.append(
+            f"model.gradient_checkpointing_every: {every} chooses the layers gradient checkpointing recomputes; "
+            "set model.gradient_checkpointing=true, or leave it at 1"
+        )
     if m.lora.enabled and not m.lora.target_modules:
         p.append("model.lora.target_modules: empty; name the modules to adapt, e.g. [q_proj, v_proj] or [all-linear]")
     if m.dtype == "fp16" and cfg.training.bf16:

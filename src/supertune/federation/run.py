@@ -85,6 +85,7 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     from ..clusters.registry import load_profile
     from ..runs.submit_checks import submit_problems
     from ..slurm.jobs import render_job
+    from .config.executors import dry_run_additions, executor_kind
     from .config.sites import resolve_sites
 
     fed, resumed = load_federation(path)
@@ -93,6 +94,7 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
         check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
     plans = resolve_sites(fed)
     state = "resumed from its receipts" if root.config.is_file() else "new"
+    kind = executor_kind(fed)
     lines = [
         f"# federation {fed.name}: {len(fed.sites)} sites, {fed.rounds} rounds, executor {fed.executor}, "
         f"aggregation {fed.aggregation.weights} weights, server optimizer {fed.aggregation.server_optimizer}",
@@ -102,8 +104,8 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     for plan in plans:
         site, cfg = plan.site, plan.config
         place = (
-            f"by its agent at the site (supertune federate --site {site.name} {fed.exchange})"
-            if fed.executor == "agents"
+            kind.place(fed, site)
+            if kind.place is not None
             else f"over SSH at {site.login}"
             if site.login
             else f"as Slurm jobs on {site.where}"
@@ -115,11 +117,11 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
             f"# site {site.name}: rounds {site.from_round}-{until}, {site.steps_per_round} steps each, {place}, "
             + (
                 "its run config read there"
-                if fed.executor == "agents"
+                if not kind.site_files_here
                 else f"strategy {cfg.distributed.strategy}, global batch {cfg.training.global_batch_size or '-'}"
             )
         )
-        if site.where != "local" and not site.login and fed.executor != "agents":
+        if site.where != "local" and not site.login and kind.site_files_here:
             run_dir = root.round(site.from_round).site(site.name).run
             named = dataclasses.replace(
                 cfg, output=dataclasses.replace(cfg.output, name=f"{fed.name}-{site.name}-r{site.from_round:03d}")
@@ -130,14 +132,9 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
             scripts.append(
                 f"# ---- {site.name}: the job script of round {site.from_round} ({run_dir / 'job.sbatch'})\n{script}"
             )
-    if fed.executor == "streamflow":
-        from .executors.streamflow.executor import dry_run_documents, streamflow_command
-
-        lines.append(
-            f"# StreamFlow runs each round's workflow (its files are written per round under {root.path}): {streamflow_command(fed)}"
-        )
-        for file, text in dry_run_documents(fed, plans, root).items():
-            scripts.append(f"# ---- StreamFlow: {file}, as round 1 writes it\n{text}")
+    added, files = dry_run_additions(fed, plans, root)
+    lines += added
+    scripts += files
     return "\n".join(lines + scripts) + "\n"
 
 

@@ -9,6 +9,7 @@ from ..checkpoints.model_files import check_saved_model, model_config_problems
 from ..config.schema import DataConfig, ModelConfig
 from ..errors import UserError, first_line
 from ..hub import resolve_reference
+from .checkpointing import enable_checkpointing
 from .lora import add_lora, continue_lora, saved_adapters
 from .packed_attention import keep_packed_rows_apart, packed_rows_problem
 from .tokenizer import token_id_limit
@@ -29,7 +30,7 @@ def torch_dtype(name: str) -> Any:
 
 
 def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> Any:
-    """The model, sized to the tokenizer, with gradient checkpointing and LoRA applied as configured.
+    """The model, sized to the tokenizer, with gradient checkpointing (all layers or every Nth) and LoRA applied as configured.
 
     document_mask (data.document_mask): with no attention kernel chosen, packed rows use flash
     attention's variable-length kernel on a GPU where its package is installed, else SDPA with the
@@ -67,8 +68,7 @@ def build_model(m: ModelConfig, tokenizer: Any, document_mask: bool = False) -> 
     _fit_vocabulary(model, tokenizer)
     keep_packed_rows_apart(model)  # document-masked rows (data.document_mask): refuse, or keep them apart
     if m.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False  # the cache is useless in training and conflicts with recomputation
+        enable_checkpointing(model, m.gradient_checkpointing_every)
     if m.lora.enabled:
         if m.gradient_checkpointing:
             model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph

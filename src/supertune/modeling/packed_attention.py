@@ -18,7 +18,8 @@ documents without a word:
 `keep_packed_rows_apart` installs a forward pre-hook that acts only on calls with position ids,
 no attention mask and no cache (no other supertune batch looks like that): it refuses a model type
 or attention implementation not verified to keep the rows apart, turns the cache off for the
-call, and gives flash attention the documents' boundaries.
+call, gives flash attention the documents' boundaries, and gives a model switched to flex attention
+for these rows (supertune.modeling.flex_documents) their document block mask.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UserError
+from .flex_documents import ATTENTION as FLEX_DOCUMENTS
+from .flex_documents import document_block_mask
 
 __all__ = [
     "MASKED_ATTENTION",
@@ -66,7 +69,7 @@ def packed_rows_problem(model_type: str | None, attention: str | None) -> str | 
             f"data.document_mask: model type {model_type!r} is not verified to keep packed documents apart "
             f"(supported: {', '.join(VERIFIED_MODEL_TYPES)}); use one of them or set data.document_mask=false"
         )
-    if attention is not None and attention not in MASKED_ATTENTION and not _is_flash(attention):
+    if attention is not None and attention not in (*MASKED_ATTENTION, FLEX_DOCUMENTS) and not _is_flash(attention):
         return (
             f"data.document_mask: attention implementation {attention!r} would attend across packed documents; "
             "set model.attn_implementation to sdpa, eager or flash_attention_2, or data.document_mask=false"
@@ -109,6 +112,8 @@ def keep_packed_rows_apart(model: Any) -> None:
         kwargs["use_cache"] = False
         if _is_flash(attention) and positions.dim() == 2 and positions.shape[0] > 1:
             kwargs.update(varlen_arguments(positions) or {})
+        elif attention == FLEX_DOCUMENTS and positions.dim() == 2:
+            kwargs["attention_mask"] = document_block_mask(positions)  # passed through to every layer as it is
         return args, kwargs
 
     model.register_forward_pre_hook(hook, with_kwargs=True)

@@ -16,6 +16,8 @@ from typing import Any
 
 from ..config.speed_pieces import SPEED_PIECES
 from .chunked_loss import unfit_reason, use_chunked_loss
+from .compiled_layers import compile_layers, compile_unfit_reason
+from .flex_documents import flex_unfit_reason, use_flex_documents
 
 __all__ = ["SPEEDUPS", "SpeedChoice", "Speedup", "RunFacts", "take_speedups"]
 
@@ -30,6 +32,10 @@ class RunFacts:
     """"cuda" or "cpu": where the model trains."""
     optim: str = "adamw_torch"
     """training.optim"""
+    document_mask: bool = False
+    """data.packing and data.document_mask: training rows of whole documents, kept apart by their position ids."""
+    torch_compile: bool = False
+    """training.torch_compile: the Trainer compiles the whole model."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,31 @@ def _fused_adamw_unavailable(model: Any, facts: RunFacts) -> str | None:
     return None
 
 
+def _flex_unavailable(model: Any, facts: RunFacts) -> str | None:
+    if not facts.document_mask:
+        return "data.document_mask=false: only document-masked packing has a block mask to use"
+    if facts.device != "cuda":
+        # PyTorch refuses flex attention's backward on CPU; uncompiled it would also be slower than
+        # SDPA there (3x for the embedded model's forward and backward, docs/speed.md).
+        return f"{facts.device.upper()}: flex attention trains on CUDA only"
+    # Any distributed.strategy: the attention holds no parameters, which is all that ZeRO and FSDP shard.
+    return flex_unfit_reason(model)
+
+
+def _compile_unavailable(model: Any, facts: RunFacts) -> str | None:
+    if facts.torch_compile:
+        return "training.torch_compile=true: the Trainer compiles the whole model already"
+    if facts.device != "cuda":
+        # Measured (docs/speed.md): the embedded model's 8 x 512-token step, one thread, took 2.2-2.3 s
+        # compiled against 1.6 s eager, after 60-100 s of building C++ kernels: no gain to pay for.
+        return f"{facts.device.upper()}: compiled layers were slower than eager here, after a minute of compiling; CUDA only"
+    if facts.strategy in ("zero1", "zero2", "zero3"):
+        # ZeRO-3 gathers each parameter in hooks on the modules inside the layers, which a compiled
+        # layer would trace into; ZeRO-1/2 are left out until they are tested.
+        return f"distributed.strategy={facts.strategy}: runs under ddp and fsdp only"
+    return compile_unfit_reason(model)
+
+
 SPEEDUPS: dict[str, Speedup] = {
     s.name: s
     for s in (
@@ -69,6 +100,8 @@ SPEEDUPS: dict[str, Speedup] = {
             _fused_adamw_unavailable,
             lambda model, arguments: arguments.update(optim="adamw_torch_fused"),
         ),
+        Speedup("flex_document_mask", _flex_unavailable, lambda model, arguments: use_flex_documents(model)),
+        Speedup("compile", _compile_unavailable, lambda model, arguments: compile_layers(model)),
     )
 }
 

@@ -11,7 +11,6 @@ Importing this module is cheap: `supertune train` installs the signal handlers t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -234,7 +233,7 @@ def _argv(cfg: RunConfig, run: RunDir) -> list[str]:
 
 def _outcome(run: RunDir, code: int) -> LocalOutcome:
     """The outcome of processes that have exited with `code`, from the files they left."""
-    stopped = json.loads(run.stopped.read_text()) if run.stopped.exists() else None
+    stopped = run.read_stopped("run directory")
     summary = run.read_summary("run directory") if stopped is None and code == 0 else None
     return LocalOutcome(run, code, summary, stopped)
 

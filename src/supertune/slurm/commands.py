@@ -132,4 +132,12 @@ def named_jobs(name: str, via: Sequence[str] = (), ended: bool = False) -> list[
     states = ["--states=all"] if ended else []
     argv = [*via, "squeue", "--noheader", f"--name={name}", "--format=%i", *states]
     out = _check(run_captured(argv), f"squeue --name={name}")
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    ids = [line.strip() for line in out.splitlines() if line.strip()]
+    # the ids go on to scontrol and scancel: a line that is not one (a wrapper's banner, an array's
+    # "12_[1-3]") is refused here, by the command that printed it
+    for job_id in ids:
+        if not (job_id.isascii() and job_id.isdigit()):
+            raise UserError(
+                f"squeue --name={name}: Slurm answered {job_id!r}, not a job id (digits); check Slurm with `squeue --me`"
+            )
+    return ids

@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from ..config.schema import RunConfig
 from ..launch.environment import LaunchEnvironment
-from .flops import FlopCount, UnsupportedModel, architecture, fit_to_model, flop_count
+from .flops import FlopCount, UnsupportedModel, architecture, fit_to_model, flop_count, recomputed_share
 from .meter import Window, throughput_figures
 from .peaks import PeakChoice, choose_peak, compute_dtype
 
@@ -120,9 +120,11 @@ class Telemetry:
         count, note = None, None
         try:
             arch, note = fit_to_model(architecture(model.config), model)
-            count = flop_count(
-                arch, sequence_length, frozen_weights=cfg.model.lora.enabled, recompute=cfg.model.gradient_checkpointing
+            m = cfg.model
+            recompute = (
+                recomputed_share(arch.layers, m.gradient_checkpointing_every) if m.gradient_checkpointing else 0.0
             )
+            count = flop_count(arch, sequence_length, frozen_weights=m.lora.enabled, recompute=recompute)
         except UnsupportedModel as exc:
             note = str(exc)
         device_name = torch.cuda.get_device_name(env.device_index) if torch.cuda.is_available() else None

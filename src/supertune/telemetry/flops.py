@@ -14,8 +14,8 @@ torch's FlopCounterMode measures SDPA; causal kernels skip about half of it.
 
 Training costs 3x the forward (the backward computes gradients of the inputs and of the weights,
 2 matmuls for each forward one). With frozen base weights (LoRA) the weight matmuls cost 2x, not
-3x. Gradient checkpointing recomputes every decoder layer's forward once more: hardware FLOPs,
-which the model's count (MFU) leaves out and HFU includes. See docs/telemetry.md.
+3x. Gradient checkpointing recomputes every decoder layer's forward once more (or every Nth
+layer's): hardware FLOPs, which the model's count (MFU) leaves out and HFU includes. See docs/telemetry.md.
 
 Importing this module imports neither torch nor transformers.
 """
@@ -34,6 +34,7 @@ __all__ = [
     "fit_to_model",
     "flop_count",
     "model_matmul_weights",
+    "recomputed_share",
 ]
 
 FORMULA = "supertune-flops-v1"
@@ -130,8 +131,9 @@ class FlopCount:
     """Forward FLOPs of the output projection (and OPT's projections in and out)."""
     frozen_weights: bool = False
     """The base weights get no gradients (LoRA): their backward is one matmul, not two."""
-    recompute: bool = False
-    """Gradient checkpointing: every decoder layer's forward runs again in the backward."""
+    recompute: float = 0.0
+    """Share of the decoder layers whose forward runs again in the backward: 1 under full gradient
+    checkpointing, ceil(layers / N) / layers checkpointing every Nth (recomputed_share), 0 without."""
 
     @property
     def forward(self) -> float:
@@ -146,7 +148,7 @@ class FlopCount:
     @property
     def hardware(self) -> float:
         """What the hardware computes: with gradient checkpointing, the layers' forward once more (about 4x forward)."""
-        return self.training + (self.layer_matmuls + self.attention_scores if self.recompute else 0.0)
+        return self.training + self.recompute * (self.layer_matmuls + self.attention_scores)
 
     def describe(self) -> str:
         """The formula in one line, for the log and summary.json."""
@@ -155,8 +157,10 @@ class FlopCount:
         ]
         if self.frozen_weights:
             parts.append("frozen base weights (LoRA): their matmuls 2x")
-        if self.recompute:
+        if self.recompute == 1:
             parts.append("hardware + 1 forward of the layers (gradient checkpointing)")
+        elif self.recompute:
+            parts.append(f"hardware + {self.recompute:.3g} of a forward of the layers (gradient checkpointing of some)")
         if self.arch.assumed:
             parts.append(f"assumed: {self.arch.assumed}")
         return "; ".join(parts)
@@ -212,8 +216,14 @@ def architecture(config: Any) -> Architecture:
     )
 
 
+def recomputed_share(layers: int, every: int) -> float:
+    """The share of `layers` decoder layers gradient checkpointing recomputes when it checkpoints every
+    `every`th (the 1st, the every+1th, ...: model.gradient_checkpointing_every)."""
+    return -(-layers // every) / layers if layers else 1.0
+
+
 def flop_count(
-    arch: Architecture, sequence_length: int, frozen_weights: bool = False, recompute: bool = False
+    arch: Architecture, sequence_length: int, frozen_weights: bool = False, recompute: float = 0.0
 ) -> FlopCount:
     """FLOPs per token at `sequence_length` (the length of the training sequences: data.block_size when packing)."""
     d, dh, h = arch.hidden, arch.head_dim, arch.heads

@@ -13,6 +13,8 @@ from ..config.schema import RunConfig
 from ..distributed.strategy import prepare_process, shards_parameters
 from ..evaluation.generate import generate_reply, generate_text
 from ..launch.environment import LaunchEnvironment, launch_environment
+from ..modeling.checkpointing import checkpointed_layers
+from ..modeling.decoder_layers import decoder_layers
 from ..modeling.model import build_model, context_length
 from ..modeling.speed import RunFacts, take_speedups
 from ..modeling.tokenizer import load_tokenizer
@@ -65,7 +67,13 @@ def _run_facts(cfg: RunConfig) -> RunFacts:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return RunFacts(strategy=cfg.distributed.strategy, device=device, optim=cfg.training.optim)
+    return RunFacts(
+        strategy=cfg.distributed.strategy,
+        device=device,
+        optim=cfg.training.optim,
+        document_mask=cfg.data.packing and cfg.data.document_mask,
+        torch_compile=cfg.training.torch_compile,
+    )
 
 
 def _train_and_finish(
@@ -303,4 +311,12 @@ def _log_plan(cfg: RunConfig, model: Any, data: Any, world_size: int, telemetry:
         f" = {per_step} tokens per step" if per_step else "",
         data.train_tokens_available if data.train_tokens_available is not None else "unknown (streaming)",
     )
+    if cfg.model.gradient_checkpointing:
+        layers, every = len(decoder_layers(model)), cfg.model.gradient_checkpointing_every
+        log.info(
+            "gradient checkpointing: decoder layers %s of %d recompute their forward (model.gradient_checkpointing_every=%d)",
+            ", ".join(map(str, checkpointed_layers(model))) or "none",
+            layers,
+            every,
+        )
     telemetry.log_plan()  # devices, FLOPs per token and the formula, the peak (or why there is no MFU)

@@ -1,7 +1,7 @@
 """The executors a federation's rounds can run on: one record each, and the config's choices
-(`executor:`), what each refuses and checks, and the executor `supertune federate` starts all derive
-from this table. Adding an executor is one record (its module, with a class that runs a round's
-work) and its tests.
+(`executor:`), what each refuses and checks, the executor `supertune federate` starts and what
+`federate --dry-run` says of it all derive from this table. Adding an executor is one record (its
+module, with a class that runs a round's work) and its tests.
 
 - builtin: local processes and SLURM jobs on clusters reachable from this machine.
 - streamflow: each round as one StreamFlow workflow (CWL), sites reached over SSH or here.
@@ -23,7 +23,7 @@ from typing import Any
 
 from .site_login import SiteLogin, streamflow_site_problems
 
-__all__ = ["ExecutorKind", "EXECUTORS", "executor_names", "executor_kind", "start_executor"]
+__all__ = ["ExecutorKind", "EXECUTORS", "executor_names", "executor_kind", "start_executor", "dry_run_additions"]
 
 
 def _no_problems(*_: Any) -> list[str]:
@@ -51,6 +51,12 @@ class ExecutorKind:
     """Problems of one site's keys (where, site) -> lines."""
     checks: Callable[[Any], list[str]] = field(default=_no_problems)
     """Problems of the federation's keys (a schema.FederationConfig) that only this executor reads."""
+    place: Callable[[Any, Any], str] | None = None
+    """How `federate --dry-run` says where a site (fed, site) trains when the executor decides it; None:
+    by the site's `where` and `login`."""
+    dry_run: str = ""
+    """`module:attribute` of a callable (fed, plans, root) -> (plan lines, files' texts) that `federate
+    --dry-run` adds: what the executor writes for round 1; empty: nothing."""
 
 
 def _streamflow_checks(fed: Any) -> list[str]:
@@ -61,6 +67,10 @@ def _streamflow_checks(fed: Any) -> list[str]:
             f"streamflow.ssh_key: {fed.streamflow.ssh_key!r} does not exist; give the private key file for the login nodes, or none (SSH agent)"
         ]
     return []
+
+
+def _agent_place(fed: Any, site: Any) -> str:
+    return f"by its agent at the site (supertune federate --site {site.name} {fed.exchange})"
 
 
 EXECUTORS: dict[str, ExecutorKind] = {
@@ -75,12 +85,14 @@ EXECUTORS: dict[str, ExecutorKind] = {
             site_keys=("login", "workdir", "python"),
             site_checks=streamflow_site_problems,
             checks=_streamflow_checks,
+            dry_run="supertune.federation.executors.streamflow.dry_run:dry_run_plan",
         ),
         ExecutorKind(
             "agents",
             factory="supertune.federation.executors.agents.coordinator:AgentsExecutor",
             site_files_here=False,
             uses_exchange=True,
+            place=_agent_place,
         ),
     )
 }
@@ -95,8 +107,18 @@ def executor_kind(fed: Any) -> ExecutorKind:
     return EXECUTORS[fed.executor]
 
 
+def _named(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def start_executor(fed: Any, root: Any) -> Any:
     """The executor of `fed` in its directory `root` (a layout.FederationDir), made by its record's
     factory, which imports its module only now."""
-    module, _, attribute = executor_kind(fed).factory.partition(":")
-    return getattr(importlib.import_module(module), attribute)(fed, root)
+    return _named(executor_kind(fed).factory)(fed, root)
+
+
+def dry_run_additions(fed: Any, plans: list[Any], root: Any) -> tuple[list[str], list[str]]:
+    """What `federate --dry-run` adds for the federation's executor: (plan lines, files' texts)."""
+    target = executor_kind(fed).dry_run
+    return _named(target)(fed, plans, root) if target else ([], [])

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config.schema import FederationConfig
 from ..state.layout import FederationDir
-from ..state.receipts import read_receipt
+from ..state.receipts import read_receipt, read_trained
 
 __all__ = ["table_rows", "table_markdown", "write_table", "loss_figure"]
 
@@ -33,7 +33,7 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
         averaged = read_receipt(rd.averaged) or {}
         for site in fed.sites:
             sd = rd.site(site.name)
-            trained = read_receipt(sd.trained)
+            trained = read_trained(sd.trained)
             left = read_receipt(sd.left_out)
             if trained is None and left is None:
                 continue
@@ -44,13 +44,13 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
             rows.append({
                 "round": number,
                 "site": site.name,
-                "tokens": trained["tokens"] if trained else None,
-                "loss_tokens": trained.get("loss_tokens") if trained else None,
+                "tokens": trained.tokens if trained else None,
+                "loss_tokens": trained.loss_tokens if trained else None,
                 "weight": (averaged.get("weights") or {}).get(site.name),
                 "local_before": previous.get("eval_loss"),
-                "local_after": trained["eval_loss"] if trained else None,
+                "local_after": trained.eval_loss if trained else None,
                 "global": evaluated.get("eval_loss"),
-                "train_s": trained["seconds"] if trained else None,
+                "train_s": trained.seconds if trained else None,
                 "average_s": averaged.get("seconds"),
                 "evaluate_s": evaluated.get("seconds"),
                 "sent_bytes": (averaged.get("sent_bytes") or {}).get(site.name),

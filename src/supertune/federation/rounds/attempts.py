@@ -1,7 +1,6 @@
-"""The attempt rules every executor shares, written once: when a round's deadline passes, how a failed
-or late site's reason is said, and how the sites that failed every attempt, or were late, are left to
-the quorum. An executor supplies only how a site's attempt is started, watched and ended; each
-attempt's cost is a state.cost.Attempt.
+"""The words and times of the attempt rules every executor shares (attempt_policy.py applies them):
+when a round's deadline passes, and how a failed or late site's reason is said. Each attempt's cost is
+a state.records.Attempt.
 
 A reason is what the round table shows of a failure: its first line, without the site's label the
 message starts with, cut at REASON_CHARS characters.
@@ -15,9 +14,8 @@ from ..state.layout import RoundDir
 from .deadline import round_until
 from .failures import deadline_text
 from .loop import RoundWork
-from .quorum import leave_out_failed_sites
 
-__all__ = ["REASON_CHARS", "cut_reason", "reason_of", "round_deadline", "not_started", "leave_out"]
+__all__ = ["REASON_CHARS", "cut_reason", "reason_of", "round_deadline", "not_started"]
 
 REASON_CHARS = 300
 """The longest reason kept: a table cell and a log line, not a log."""
@@ -46,9 +44,3 @@ def not_started(fed: FederationConfig, why: str = "") -> str:
     """The reason of a site whose deadline passed before its attempt started (a round resumed late, or
     the sites on this machine training one after another)."""
     return f"late: not started after {deadline_text(fed)}{why}"
-
-
-def leave_out(fed: FederationConfig, work: RoundWork, failed: dict[str, tuple[str, int]], until: float | None) -> None:
-    """Leave the sites in `failed` (site -> (reason, attempts)) out of the round when the quorum allows,
-    naming the round's deadline when there is one (`until`); else UserError (quorum.py)."""
-    leave_out_failed_sites(fed, work, failed, deadline=fed.round_deadline if until else None)

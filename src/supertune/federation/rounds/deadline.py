@@ -15,7 +15,16 @@ import time
 from ..state.layout import RoundDir
 from ..state.receipts import read_receipt, write_receipt
 
-__all__ = ["round_until", "forget_start"]
+__all__ = ["round_start", "round_until", "forget_start"]
+
+
+def round_start(rd: RoundDir, seconds: float | None) -> dict:
+    """The round's start receipt {round, unix, deadline_s}, recorded now if it has none."""
+    started = read_receipt(rd.started)
+    if started is None or not isinstance(started.get("unix"), (int, float)):
+        started = {"round": rd.number, "unix": time.time(), "deadline_s": seconds}
+        write_receipt(rd.started, started)
+    return started
 
 
 def round_until(rd: RoundDir, seconds: float | None) -> float | None:
@@ -23,11 +32,7 @@ def round_until(rd: RoundDir, seconds: float | None) -> float | None:
     None without a deadline."""
     if seconds is None:
         return None
-    started = read_receipt(rd.started)
-    if started is None or not isinstance(started.get("unix"), (int, float)):
-        started = {"round": rd.number, "unix": time.time(), "deadline_s": seconds}
-        write_receipt(rd.started, started)
-    return float(started["unix"]) + seconds
+    return float(round_start(rd, seconds)["unix"]) + seconds
 
 
 def forget_start(rd: RoundDir) -> None:

@@ -14,17 +14,18 @@ from ...checkpoints.manifest import check_files, read_manifest
 from ...errors import UserError
 from ...rundir import RunDir
 from ..config.schema import FederationConfig
-from ..state.receipts import write_receipt
+from ..state.receipts import write_receipt, write_trained
+from ..state.records import TrainedReceipt
 
 if TYPE_CHECKING:
-    from .loop import RoundWork
+    from .loop import RoundWork, SiteWork
 
-__all__ = ["trained_record", "average_round", "average_phase"]
+__all__ = ["trained_record", "record_finished_training", "average_round", "average_phase"]
 
 log = logging.getLogger("supertune")
 
 
-def trained_record(site: str, number: int, run_dir: Path) -> dict:
+def trained_record(site: str, number: int, run_dir: Path) -> TrainedReceipt:
     """The receipt of a site's finished training in `run_dir`: its final checkpoint, verified by sha256."""
     run = RunDir(run_dir)
     label = f"{site} round {number}"
@@ -40,18 +41,34 @@ def trained_record(site: str, number: int, run_dir: Path) -> dict:
         raise UserError(
             f"{label}: {checkpoint} does not match its manifest ({'; '.join(problems[:3])}); delete it and run again"
         )
-    return {
-        "site": site,
-        "round": number,
-        "run": str(run_dir),
-        "checkpoint": str(checkpoint),
-        "step": manifest.step,
-        "tokens": manifest.tokens_seen,
-        "loss_tokens": manifest.loss_tokens,
-        "samples": manifest.samples_seen,
-        "eval_loss": summary["eval_loss"],
-        "seconds": float(summary.get("wall_time_s") or 0.0),
-    }
+    return TrainedReceipt(
+        site=site,
+        round=number,
+        run=str(run_dir),
+        checkpoint=str(checkpoint),
+        step=manifest.step,
+        tokens=manifest.tokens_seen,
+        loss_tokens=manifest.loss_tokens,
+        samples=manifest.samples_seen,
+        eval_loss=summary["eval_loss"],
+        seconds=float(summary.get("wall_time_s") or 0.0),
+    )
+
+
+def record_finished_training(w: SiteWork) -> bool:
+    """Check a site's finished run's checkpoint and write its training receipt; False when the run has
+    not finished. A checkpoint that does not match its manifest is refused (FederationError): not averaged."""
+    from .attempts import reason_of
+    from .failures import FederationError
+
+    assert w.run is not None and w.receipt is not None
+    if not RunDir(w.run).summary.is_file():
+        return False
+    try:
+        write_trained(w.receipt, trained_record(w.name, w.round, w.run))
+    except UserError as exc:
+        raise FederationError(str(exc), reason=f"refused: {reason_of(exc, w.label)}") from None
+    return True
 
 
 def average_round(

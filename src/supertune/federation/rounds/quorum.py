@@ -18,7 +18,8 @@ from ...checkpoints.faults import fault_point
 from ...errors import UserError
 from ..config.schema import FederationConfig
 from ..state.layout import FederationDir
-from ..state.receipts import read_receipt, write_receipt
+from ..state.receipts import read_receipt, write_left_out
+from ..state.records import LeftOut
 from .loop import RoundWork
 
 __all__ = ["leave_out_failed_sites", "skip_sites"]
@@ -55,8 +56,7 @@ def leave_out_failed_sites(
         )
     for written, (name, (reason, attempts)) in enumerate(failed.items(), start=1):
         site_dir = work.trained[name].parent
-        record = {"site": name, "round": work.number, "reason": reason, "attempts": attempts, "unix": time.time()}
-        write_receipt(site_dir / "left_out.json", record)
+        write_left_out(site_dir / "left_out.json", LeftOut(name, work.number, reason, attempts, time.time()))
         fault_point("federation.left_out", written, 0)
         work.left_out[name] = reason
         del work.trained[name]
@@ -95,8 +95,7 @@ def skip_sites(fed: FederationConfig, root: FederationDir, names: list[str]) -> 
     for name in dict.fromkeys(names):
         if name in out:
             continue
-        record = {"site": name, "round": number, "reason": "skipped: --skip-site", "attempts": 0, "unix": time.time()}
-        write_receipt(rd.site(name).left_out, record)
+        write_left_out(rd.site(name).left_out, LeftOut(name, number, "skipped: --skip-site", 0, time.time()))
         log.warning(
             "site %s: left out of round %d (--skip-site); it trains again in round %d", name, number, number + 1
         )

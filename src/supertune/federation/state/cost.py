@@ -16,89 +16,60 @@ failed or passed its deadline) is closed by the executor afterwards (`end_runnin
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .receipts import read_receipt, write_receipt
+from .receipts import read_attempts, write_attempts
+from .records import RUNNING, Attempt
 
 __all__ = ["Attempt", "record_attempt", "site_cost", "slurm_attempt", "end_attempt", "end_running_attempts", "RUNNING"]
-
-RUNNING = "running"
-"""The outcome of an attempt whose end is not recorded yet."""
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One attempt of a site's training as cost.json keeps it; times in unix seconds."""
-
-    job: str | None
-    """The SLURM job; None for a local site, or a submission that failed."""
-    nodes: int | None
-    """Nodes the job held (a local site: 1); None when nothing ran."""
-    submit: float | None
-    start: float | None
-    end: float | None
-    """None while it runs (RUNNING)."""
-    outcome: str
-    """finished, failed: ..., late: ..., refused: ..., or RUNNING."""
-    processes: int | None = None
-    """A local site's training processes (launch.nproc), what its node-hours count."""
-
-    def as_json(self) -> dict[str, Any]:
-        """The receipt's entry, with the keys it has always had: `processes` only for a local site."""
-        entry: dict[str, Any] = {"job": self.job, "nodes": self.nodes}
-        if self.processes is not None:
-            entry["processes"] = self.processes
-        return {**entry, "submit": self.submit, "start": self.start, "end": self.end, "outcome": self.outcome}
 
 
 def record_attempt(path: Path, attempt: Attempt) -> None:
     """Add one attempt to the receipt."""
-    kept = read_receipt(path) or {}
-    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
-    if attempt.job is not None and any(a.get("job") == attempt.job for a in attempts):
+    attempts = read_attempts(path) or []
+    if attempt.job is not None and any(a.job == attempt.job for a in attempts):
         return  # a resumed federation that waited for the same job again
-    write_receipt(path, {"attempts": [*attempts, attempt.as_json()]})
+    write_attempts(path, [*attempts, attempt])
 
 
 def end_attempt(path: Path, start: float, end: float, outcome: str) -> None:
     """Close the running attempt that started at `start` (a StreamFlow step's own, recorded by record_attempt)."""
-    kept = read_receipt(path) or {}
-    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
-    for a in attempts:
-        if a.get("outcome") == RUNNING and a.get("start") == start:
-            a.update(end=end, outcome=outcome)
-    write_receipt(path, {"attempts": attempts})
+    attempts = [
+        dataclasses.replace(a, end=end, outcome=outcome) if a.outcome == RUNNING and a.start == start else a
+        for a in read_attempts(path) or []
+    ]
+    write_attempts(path, attempts)
 
 
-def end_running_attempts(path: Path, end: float, outcome: str) -> list[dict[str, Any]]:
+def end_running_attempts(path: Path, end: float, outcome: str) -> list[Attempt]:
     """Close every attempt still running (its processes were ended from outside: they cannot close it);
     returns those closed."""
-    kept = read_receipt(path)
-    if kept is None:
+    attempts = read_attempts(path)
+    if attempts is None:
         return []
-    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
-    closed = [a for a in attempts if a.get("outcome") == RUNNING]
-    for a in closed:
-        a.update(end=max(end, a.get("start") or end), outcome=outcome)
+    closed = [a for a in attempts if a.outcome == RUNNING]
     if closed:
-        write_receipt(path, {"attempts": attempts})
+        ended = [
+            dataclasses.replace(a, end=max(end, a.start or end), outcome=outcome) if a.outcome == RUNNING else a
+            for a in attempts
+        ]
+        write_attempts(path, ended)
     return closed
 
 
 def site_cost(path: Path) -> dict[str, float | int | None]:
     """{node_hours, queue_s, attempts} of a site's round; None values when nothing was recorded."""
-    kept = read_receipt(path)
-    if kept is None:
+    attempts = read_attempts(path)
+    if attempts is None:
         return {"node_hours": None, "queue_s": None, "attempts": None}
     node_seconds = queue = 0.0
-    attempts = [a for a in kept.get("attempts", []) if isinstance(a, dict)]
     for a in attempts:
-        start, end, submit = a.get("start"), a.get("end"), a.get("submit")
+        start, end, submit = a.start, a.end, a.submit
         if _number(start) and _number(end):
-            held = a.get("processes") or a.get("nodes") or 1  # a local attempt: its processes; SLURM: its nodes
+            held = a.processes or a.nodes or 1  # a local attempt: its processes; SLURM: its nodes
             node_seconds += float(held) * max(0.0, end - start)
         if _number(start) and _number(submit):
             queue += max(0.0, start - submit)

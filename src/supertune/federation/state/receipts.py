@@ -1,5 +1,11 @@
 """Receipts: the record that a phase of a round is done, written atomically when it is, and read
-back to know where a federation stands (no other state is kept)."""
+back to know where a federation stands (no other state is kept).
+
+Every receipt supertune computes with is checked against its fields when it is written as when it is
+read (a wrong field is one line naming the file and the field, never a traceback in a later round),
+and the typed ones (records.py: a training's receipt, a step's failure report, a site's attempts) are
+written and read here only.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +16,30 @@ from typing import Any
 from ...errors import UserError
 from ...rundir import write_json_atomic
 from ...state_records import Field, record_damage
+from .records import (
+    ATTEMPT_FIELDS,
+    FAILED_TRAINING_FIELDS,
+    LEFT_OUT_FIELDS,
+    TRAINED_FIELDS,
+    Attempt,
+    FailedTraining,
+    LeftOut,
+    TrainedReceipt,
+)
 
-__all__ = ["write_receipt", "read_receipt", "checked_checkpoint", "checked_global_model"]
+__all__ = [
+    "write_receipt",
+    "read_receipt",
+    "write_trained",
+    "read_trained",
+    "write_left_out",
+    "write_attempts",
+    "read_attempts",
+    "attempts_from",
+    "checked_checkpoint",
+    "checked_global_model",
+]
 
-TRAINED_FIELDS = {
-    "site": Field("str"),
-    "round": Field("int"),
-    "run": Field("str"),
-    "checkpoint": Field("str"),
-    "step": Field("int"),
-    "tokens": Field("int"),
-    "loss_tokens": Field("int", null=True, required=False),
-    "samples": Field("int", null=True),
-    "eval_loss": Field("number", null=True),
-    "seconds": Field("number", required=False),
-}
 AVERAGED_FIELDS = {
     "round": Field("int"),
     "global_model": Field("str"),
@@ -39,21 +54,55 @@ EVALUATED_FIELDS = {
     "model": Field("str", required=False),
     "seconds": Field("number", required=False),
 }
-"""What the phases' receipts hold that later phases compute with (phases.py, site_eval.py write them)."""
+COST_FIELDS = {"attempts": Field("list")}
+"""What the phases' receipts hold that later phases compute with (phases.py, site_eval.py, quorum.py and
+cost.py write them)."""
 
 
-def _fields(path: Path) -> dict[str, Field] | None:
+def _fields(path: Path, data: dict[str, Any]) -> dict[str, Field] | None:
     name = path.name
     if name == "trained.json" or (name.startswith("trained-") and name.endswith(".json")):
-        return TRAINED_FIELDS
+        # a StreamFlow step's report of a failed training takes the place of the receipt
+        return FAILED_TRAINING_FIELDS if name != "trained.json" and "failed" in data else TRAINED_FIELDS
     if name == "averaged.json":
         return AVERAGED_FIELDS
     if name == "evaluated.json" or (name.startswith("evaluated-") and name.endswith(".json")):
         return EVALUATED_FIELDS
+    if name == "left_out.json":
+        return LEFT_OUT_FIELDS
+    if name == "cost.json":
+        return COST_FIELDS
+    return None
+
+
+def _damage(path: Path, data: Any) -> str | None:
+    """How the record for `path` differs from what supertune writes there, or None."""
+    if not isinstance(data, dict):
+        return "not an object"
+    fields = _fields(path, data)
+    damage = record_damage(data, fields) if fields else None
+    if damage is None and fields is AVERAGED_FIELDS:
+        bad = [k for k, v in data["weights"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+        damage = f"the weight of {bad[0]} is {data['weights'][bad[0]]!r}, not a number" if bad else None
+    if damage is None and fields is COST_FIELDS:
+        damage = _attempts_damage(data["attempts"])
+    return damage
+
+
+def _attempts_damage(attempts: list[Any]) -> str | None:
+    for number, entry in enumerate(attempts, start=1):
+        damage = record_damage(entry, ATTEMPT_FIELDS)
+        if damage:
+            return f"attempt {number}: {damage}"
     return None
 
 
 def write_receipt(path: Path, record: dict[str, Any]) -> None:
+    """Write `record` at `path` atomically, after checking it as read_receipt will (UserError naming
+    the file and the field otherwise: nothing is written)."""
+    damage = _damage(path, record)
+    if damage:
+        raise UserError(f"{path}: not written, the receipt would be damaged ({damage})")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, record)
 
@@ -68,14 +117,51 @@ def read_receipt(path: Path) -> dict[str, Any] | None:
         raise UserError(f"{path}: unreadable receipt ({exc}); delete it to redo that phase") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: not a receipt; delete it to redo that phase")
-    fields = _fields(path)
-    damage = record_damage(data, fields) if fields else None
-    if damage is None and fields is AVERAGED_FIELDS:
-        bad = [k for k, v in data["weights"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
-        damage = f"the weight of {bad[0]} is {data['weights'][bad[0]]!r}, not a number" if bad else None
+    damage = _damage(path, data)
     if damage:
         raise UserError(f"{path}: a damaged receipt ({damage}); delete it to redo that phase")
     return data
+
+
+def write_trained(path: Path, receipt: TrainedReceipt | FailedTraining) -> None:
+    """A site's training receipt (or a StreamFlow step's report of its failure, at its step's output)."""
+    write_receipt(path, receipt.as_json())
+
+
+def read_trained(path: Path) -> TrainedReceipt | None:
+    """The training receipt at `path`; None when the training has not finished (no receipt, or a step's
+    report that it failed)."""
+    data = read_receipt(path)
+    if data is None or "failed" in data and _fields(path, data) is FAILED_TRAINING_FIELDS:
+        return None
+    return TrainedReceipt.from_json(data)
+
+
+def write_left_out(path: Path, decision: LeftOut) -> None:
+    """A site's left_out.json: the round goes on without it."""
+    write_receipt(path, decision.as_json())
+
+
+def write_attempts(path: Path, attempts: list[Attempt]) -> None:
+    """A site's cost.json: every attempt of its training in the round, in order."""
+    write_receipt(path, {"attempts": [a.as_json() for a in attempts]})
+
+
+def read_attempts(path: Path) -> list[Attempt] | None:
+    """The attempts in a site's cost.json; None when it has none."""
+    data = read_receipt(path)
+    return None if data is None else [Attempt.from_json(a) for a in data["attempts"]]
+
+
+def attempts_from(entries: Any, where: str) -> list[Attempt]:
+    """The attempts a site's agent sent (`where`: the exchange's record they came in), checked as
+    cost.json's are; a damaged one is a UserError naming the record and the field."""
+    if entries is None:
+        return []
+    damage = "attempts is not a list" if not isinstance(entries, list) else _attempts_damage(entries)
+    if damage:
+        raise UserError(f"{where}: a damaged record ({damage})")
+    return [Attempt.from_json(a) for a in entries]
 
 
 def _unlike_its_manifest(directory: Path, read: Any) -> list[str]:

@@ -34,12 +34,14 @@ from ....file_table import file_table
 from ....transfer import PACKAGE_MANIFEST, package_problems, read_package
 from ...config.durations import deadline_seconds, duration_text
 from ...config.schema import FederationConfig
-from ...rounds.attempts import cut_reason, leave_out, reason_of
-from ...rounds.deadline import forget_start
+from ...rounds.attempt_policy import AttemptPolicy
+from ...rounds.attempts import cut_reason, reason_of
+from ...rounds.deadline import forget_start, round_start
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
 from ...state.layout import FederationDir
-from ...state.receipts import read_receipt, write_receipt
+from ...state.receipts import attempts_from, read_receipt, write_attempts, write_receipt, write_trained
+from ...state.records import TrainedReceipt
 from . import exchange_layout as names
 from .exchange_wait import wait_at_exchange
 
@@ -92,12 +94,8 @@ class AgentsExecutor:
     def _put_start(self, number: int) -> dict:
         """Round `number`'s start (its receipt, made now when it has none) on the exchange, with its deadline
         and the sites already left out of it (--skip-site); put again whenever that changes."""
-        rd = self.root.round(number)
         seconds = deadline_seconds(self.fed.round_deadline)
-        started = read_receipt(rd.started)
-        if started is None or not isinstance(started.get("unix"), (int, float)):
-            started = {"round": number, "unix": time.time(), "deadline_s": seconds}
-            write_receipt(rd.started, started)
+        started = round_start(self.root.round(number), seconds)
         record = {"round": number, "unix": started["unix"], "deadline_s": seconds, "left_out": self._left_out(number)}
         if self.exchange.get_json(names.round_start(number)) != record:
             self.exchange.put_json(names.round_start(number), record)
@@ -130,9 +128,9 @@ class AgentsExecutor:
         number = work.number
         start = self._put_start(number)
         until = start["unix"] + start["deadline_s"] if start["deadline_s"] else None
-        decides = self.fed.aggregation.min_sites is not None or until is not None
+        # the attempts are the agents' (each runs its site's under the same policy): here, only the decision
+        policy: AttemptPolicy[None] = AttemptPolicy(self.fed, work, until)
         pending = {w.name: w for w in work.train}
-        failed: dict[str, tuple[str, int]] = {}
 
         def ask() -> bool | None:
             for name, w in list(pending.items()):
@@ -142,29 +140,29 @@ class AgentsExecutor:
                     try:
                         self._receive(w, record)
                     except UserError as exc:
-                        if not decides:
+                        if not policy.decides:
                             raise
-                        said = reason_of(exc, w.label)
-                        failed[name] = (f"refused: {said}", 1)
+                        policy.fail(w, f"refused: {reason_of(exc, w.label)}", 1)
                         log.warning("%s: %s", w.label, exc)
                 elif report is not None and report.get("start") == start["unix"]:  # not one of an earlier start
-                    failed[name] = self._failure(w, report)
+                    policy.fail(w, *self._failure(w, report))
                 else:
                     continue
                 del pending[name]
             if pending and until is not None and time.time() >= until:
-                for name, w in pending.items():  # its agent, if alive, ends its training at the same deadline
-                    failed[name] = (f"late: no result at the exchange after {duration_text(start['deadline_s'])}", 1)
-                    log.warning("%s: %s", w.label, failed[name][0])
+                late = f"late: no result at the exchange after {duration_text(start['deadline_s'])}"
+                for w in pending.values():  # its agent, if alive, ends its training at the same deadline
+                    policy.fail(w, late, 1)
+                    log.warning("%s: %s", w.label, late)
                 pending.clear()
             return True if not pending else None
 
         wait_at_exchange(
             ask, self.fed.poll_seconds, lambda: f"round {number} of {', '.join(sorted(pending))} at the exchange"
         )
-        if failed:
+        if policy.failed:
             try:
-                leave_out(self.fed, work, failed, until)
+                policy.leave_out()
             except UserError:
                 # Below the quorum: the next run starts the round again, with a new start record that
                 # the failed sites' agents take as their cue to try again (with a deadline, already done).
@@ -173,8 +171,12 @@ class AgentsExecutor:
 
     def _failure(self, w: SiteWork, report: dict) -> tuple[str, int]:
         """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""
-        attempts = [a for a in report.get("attempts") or [] if isinstance(a, dict)]
-        write_receipt(w.directory / "cost.json", {"attempts": attempts})
+        try:
+            attempts = attempts_from(report.get("attempts"), names.site_failed(w.name, w.round))
+        except UserError as exc:  # the failure stands; only its cost is not known
+            log.warning("%s: its attempts' cost is not recorded: %s", w.label, exc)
+            attempts = []
+        write_attempts(w.directory / "cost.json", attempts)
         reason = cut_reason(str(report.get("reason") or "failed at the site"))
         tries = report.get("tries")
         tries = tries if isinstance(tries, int) and not isinstance(tries, bool) else len(attempts)
@@ -195,24 +197,24 @@ class AgentsExecutor:
                 f"{label}: the package it sent does not match its manifest ({(damaged or ['files'])[0]}); it is not averaged"
             )
         try:
-            receipt = {
-                "site": w.name,
-                "round": w.round,
-                "run": f"(at the site, {record.get('run', '')})",
-                "checkpoint": str(sent),
-                "step": int(record["step"]),
-                "tokens": int(record["tokens"]),
-                "loss_tokens": record.get("loss_tokens"),
-                "samples": record.get("samples"),
-                "eval_loss": record.get("eval_loss"),
-                "seconds": float(record.get("seconds") or 0.0),
-            }
+            receipt = TrainedReceipt(
+                site=w.name,
+                round=w.round,
+                run=f"(at the site, {record.get('run', '')})",
+                checkpoint=str(sent),
+                step=int(record["step"]),
+                tokens=int(record["tokens"]),
+                loss_tokens=record.get("loss_tokens"),
+                samples=record.get("samples"),
+                eval_loss=record.get("eval_loss"),
+                seconds=float(record.get("seconds") or 0.0),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{label}: its record on the exchange is incomplete ({exc}); it is not averaged") from None
         # every attempt the site's agent made (its own cost.json), as this site's cost: the same list each time
-        attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
-        write_receipt(w.directory / "cost.json", {"attempts": attempts})
-        write_receipt(w.receipt, receipt)
+        attempts = attempts_from(record.get("attempts"), names.site_record(w.name, w.round))
+        write_attempts(w.directory / "cost.json", attempts)
+        write_trained(w.receipt, receipt)
         log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
                  package.sent_weight_bytes / 1e6)  # fmt: skip
 

@@ -36,7 +36,7 @@ from ....resolve import resolve
 from ....transfer.package import PACKAGE_MANIFEST
 from ...config.schema import FederationConfig, SiteConfig
 from ...state.layout import FederationDir
-from ...state.receipts import read_receipt, write_receipt
+from ...state.receipts import read_attempts, read_receipt, read_trained, write_receipt
 from . import exchange_layout as names
 from .exchange_wait import wait_at_exchange
 
@@ -260,24 +260,23 @@ class _Agent:
             )
         failed = read_receipt(sd.left_out)
         if failed is not None:  # every attempt failed, or ran past the deadline: the coordinator decides
-            attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
+            attempts = [a.as_json() for a in read_attempts(sd.cost) or []]
             report = {"round": number, "start": start.get("unix"), "reason": failed.get("reason"),
                       "tries": failed.get("attempts"), "attempts": attempts}  # fmt: skip
             self.exchange.put_json(names.site_failed(name, number), report)
             log.warning("site %s round %d: %s; reported to the coordinator, which decides whether the round goes on "
                         "without it", name, number, failed.get("reason"))  # fmt: skip
             return
-        trained = read_receipt(sd.trained)
+        trained = read_trained(sd.trained)
         assert trained is not None
-        package = send_result(self.local, self.root, number, name, trained["checkpoint"], previous)
+        package = send_result(self.local, self.root, number, name, trained.checkpoint, previous)
         sent = package.directory
         # the package's own table (its residual stays here), and its manifest
         table = {**package.files, PACKAGE_MANIFEST: size_and_sha256(sent / PACKAGE_MANIFEST)}
         files = self.exchange.put_tree(sent, names.site_files(name, number), table)
-        attempts = (read_receipt(sd.cost) or {}).get("attempts", [])
-        record = {
-            key: trained.get(key) for key in ("step", "tokens", "loss_tokens", "samples", "eval_loss", "seconds", "run")
-        }
+        attempts = [a.as_json() for a in read_attempts(sd.cost) or []]
+        kept = trained.as_json()
+        record = {key: kept[key] for key in ("step", "tokens", "loss_tokens", "samples", "eval_loss", "seconds", "run")}
         self.exchange.put_json(
             names.site_record(name, number), {"round": number, "files": files, "attempts": attempts, **record}
         )

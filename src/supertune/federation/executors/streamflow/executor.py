@@ -29,21 +29,20 @@ from pathlib import Path
 import yaml
 
 from ....errors import UserError
-from ...config.schema import FederationConfig, SiteConfig
+from ...config.schema import FederationConfig
 from ...config.site_login import login_ssh_words, plain_path
-from ...config.sites import SitePlan
 from ...rounds.failures import FederationError
-from ...rounds.loop import RoundWork, SiteWork, site_config_file
+from ...rounds.loop import RoundWork, SiteWork
 from ...state.layout import FederationDir
 from ...state.receipts import read_receipt
 from .command import TESTED_VERSION, streamflow_command
 from .cwl import RoundFiles, SitePlace, job_name, round_job, round_workflow, streamflow_config
-from .outcomes import record_costs, training_outcomes
+from .outcomes import record_costs
 from .round_outputs import keep_finished_training, record_round, streamflow_errors
 from .site_check import check_site
 from .site_places import federation_place, site_place
 
-__all__ = ["StreamFlowExecutor", "dry_run_documents", "streamflow_command", "TESTED_VERSION"]
+__all__ = ["StreamFlowExecutor", "streamflow_command", "TESTED_VERSION"]
 
 log = logging.getLogger("supertune")
 
@@ -65,12 +64,12 @@ class StreamFlowExecutor:
             raise UserError(f"--dir: {self.root.path} must be a path of letters, digits and _./+,:@%=- with executor: streamflow "
                             "(StreamFlow passes its folders to a shell unquoted)")  # fmt: skip
         self._command = self._command or streamflow_command(self.fed)
-        places = {s.name: self._named(s, lambda s=s: site_place(self.fed, self.root, s, work)) for s in self.fed.sites}
+        places = self.site_places(work)
         for site in self.fed.sites:
             if site.login and site.name not in self._checked:
                 check_site(self.fed, self.root, site)
                 self._checked.add(site.name)
-        if work.train and self._robust():
+        if work.train and self.robust():
             # A quorum, retries or a deadline: the training first, in workflows of its own whose train steps
             # report a failure instead of failing (StreamFlow would end the other sites' steps); then the
             # decision (quorum.py); then the average and the evaluations of the sites kept.
@@ -92,7 +91,8 @@ class StreamFlowExecutor:
         self._record(work, files, places)
         record_costs(self.fed, work, places, ended, "")
 
-    def _robust(self) -> bool:
+    def robust(self) -> bool:
+        """Whether its training runs apart from the rest of the round: a quorum, retries or a deadline."""
         return bool(self.fed.aggregation.min_sites is not None or self.fed.site_retries or self.fed.round_deadline)
 
     def _streamflow(
@@ -111,7 +111,7 @@ class StreamFlowExecutor:
         from ...state.cost import end_running_attempts
 
         n = work.number
-        work, steps, documents = self._documents(work, places, files, report_failure)
+        work, steps, documents = self.documents(work, places, files, report_failure)
         if files.directory.exists():  # an earlier attempt of this round: end what it left running
             if end_group(files.group, str(self.root.path)):
                 log.info("round %d: ended the processes an earlier attempt of this round left running", n)
@@ -142,60 +142,29 @@ class StreamFlowExecutor:
     def _train_for_quorum(self, work: RoundWork, places: dict[str, SitePlace]) -> None:
         """The round's training as workflows of train steps only, run again for the sites not finished
         (site_retries) while the deadline allows, each attempt resuming their runs from their latest
-        checkpoints; ended at the deadline (StreamFlow's processes as a group, its SLURM jobs cancelled by
-        name). The sites that failed every attempt or were late are left out if the others meet the
-        quorum, else the round stops saying how to go on (quorum.py)."""
-        import time
+        checkpoints (training_attempts.py, under the attempt policy). The sites that failed every attempt
+        or were late are left out if the others meet the quorum, else the round stops saying how to go
+        on (quorum.py)."""
+        from ...rounds.attempt_policy import AttemptPolicy
+        from ...rounds.attempts import round_deadline
+        from .training_attempts import StreamFlowTraining
 
-        from ...rounds.attempts import leave_out, not_started, round_deadline
-        from ...rounds.failures import deadline_text
+        files = RoundFiles(self.root.streamflow / f"round-{work.number:03d}")
+        policy = AttemptPolicy(self.fed, work, round_deadline(self.fed, work))
 
-        n = work.number
-        files = RoundFiles(self.root.streamflow / f"round-{n:03d}")
-        until = round_deadline(self.fed, work)
-        attempts = 1 + self.fed.site_retries
-        pending = list(work.train)
-        failed: dict[str, tuple[str, int]] = {}
-        for attempt in range(1, attempts + 1):
-            if until is not None and time.time() >= until:
-                break
-            training = dataclasses.replace(work, train=pending, average=False, evaluate=[])
-            code, offset, ended, _ = self._streamflow(training, places, files, report_failure=True, until=until)
-            late = deadline_text(self.fed) if code is None else None
-            interrupted = f"failed: the round's streamflow run failed (exit code {code})"
-            outcomes = training_outcomes(training, files, interrupted, late)
-            said = record_costs(self.fed, training, places, ended, interrupted, outcomes, late)
-            if code != 0:
-                if code is not None:
-                    log.warning(
-                        "round %d: streamflow run failed (exit code %s)%s",
-                        n,
-                        code,
-                        streamflow_errors(files.log, offset),
-                    )
-                note = self._cancel_jobs(training, places, wait=False)
-                if note:
-                    log.warning("round %d%s", n, note)
-            pending = [w for w in pending if outcomes[w.name] is not None]
-            for w in pending:
-                reason = said.get(w.name, "") if late and w.name in said else outcomes[w.name] or ""
-                failed[w.name] = (reason, attempt)
-                again = attempt < attempts and not late
-                log.warning("%s: attempt %d of %d: %s%s", w.label, attempt, attempts, reason,
-                            "; trying again" if again else "")  # fmt: skip
-            if not pending or late:
-                break
-        for w in pending:  # the deadline passed before its first attempt (a round resumed late)
-            failed.setdefault(w.name, (not_started(self.fed), 0))
-        if pending:
-            left = {w.name: failed[w.name] for w in pending}
-            leave_out(self.fed, work, left, until)
-            for name, (reason, _) in left.items():
-                log.warning(
-                    "%s round %d: left out of the round (%s); it trains again in the next round", name, n, reason
-                )
+        def run(training: RoundWork, until: float | None) -> tuple[int | None, int, float]:
+            return self._streamflow(training, places, files, report_failure=True, until=until)[:3]
 
-    def _documents(
+        def cancel_jobs(training: RoundWork) -> str:
+            return self._cancel_jobs(training, places, wait=False)
+
+        policy.run(work.train, StreamFlowTraining(self.fed, work, places, files, policy.until, run, cancel_jobs))
+        policy.leave_out()
+        for name, (reason, _) in policy.failed.items():
+            log.warning("%s round %d: left out of the round (%s); it trains again in the next round", name,
+                        work.number, reason)  # fmt: skip
+
+    def documents(
         self, work: RoundWork, places: dict[str, SitePlace], files: RoundFiles, report_failure: bool = False
     ) -> tuple[RoundWork, list[str], dict[Path, str]]:
         """(the work with sites trained earlier added back, its steps, {path: text} of round.cwl,
@@ -210,13 +179,15 @@ class StreamFlowExecutor:
         documents = {files.workflow: workflow, files.job: job, files.streamflow: config}
         return work, steps, {p: yaml.safe_dump(d, sort_keys=False, width=10**6) for p, d in documents.items()}
 
-    @staticmethod
-    def _named(site: SiteConfig, make):
-        """`make()`, with any refusal naming the site it is about."""
-        try:
-            return make()
-        except UserError as exc:
-            raise UserError(f"site {site.name}: {exc}") from None
+    def site_places(self, work: RoundWork) -> dict[str, SitePlace]:
+        """Where each site's files and SLURM allocations are this round, a refusal naming its site."""
+        places = {}
+        for site in self.fed.sites:
+            try:
+                places[site.name] = site_place(self.fed, self.root, site, work)
+            except UserError as exc:
+                raise UserError(f"site {site.name}: {exc}") from None
+        return places
 
     def _finished_training(self, work: RoundWork) -> tuple[RoundWork, dict[str, str]]:
         """For the average, the sites that trained in an earlier attempt of the round: a checkpoint
@@ -284,44 +255,3 @@ class StreamFlowExecutor:
         if problems:
             return "; could not cancel the round's SLURM jobs by name (cancel them by hand): " + "; ".join(problems)
         return ""
-
-
-def dry_run_documents(fed: FederationConfig, plans: list[SitePlan], root: FederationDir) -> dict[Path, str]:
-    """StreamFlow's files of round 1 as a new federation in `root` writes them when round 1 starts
-    ({path under root: text}), for `federate --dry-run`; nothing is written under root.
-
-    They are made in a temporary copy of the federation directory (the sites' configs written there,
-    as a real run writes them, and standing for round 1's resolved configs), whose path is then
-    replaced by root's in the texts; the temporary copy is removed. A resumed federation writes the same files
-    for the rounds it has left, less the phases already done. The federation's id is made when the
-    federation starts: the texts show <federation id> in its place. No login node is reached."""
-    import tempfile
-
-    from ...config.lora_modes import lora_sites
-    from ...rounds.loop import round_work
-
-    with tempfile.TemporaryDirectory(prefix="supertune-dry-run-") as tmp:
-        scratch = FederationDir(Path(tmp) / "federation")
-        for plan in plans:
-            path = site_config_file(scratch, plan.site.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(plan.text, encoding="utf-8")
-        base = Path(fed.base_model) if fed.base_model else scratch.round(0).global_model
-        adapters = lora_sites(fed, [p.config for p in plans]) == "adapters"
-        previous = scratch.round(0).path / "adapter" if adapters else base
-        for plan in plans:
-            # Round 1's resolved config differs from the site's only in its steps and start model
-            # (built when the federation starts), which no StreamFlow file holds: the file's path is given.
-            config = scratch.round(1).site(plan.site.name).config
-            config.parent.mkdir(parents=True)
-            config.write_text(plan.text, encoding="utf-8")
-        work = round_work(fed, plans, scratch, 1, previous, base)
-        work.federation_id = "<federation id>"
-        executor = StreamFlowExecutor(fed, scratch)
-        files = RoundFiles(scratch.streamflow / "round-001")
-        places = {s.name: executor._named(s, lambda s=s: site_place(fed, scratch, s, work)) for s in fed.sites}
-        if executor._robust():  # round 1 starts with its training alone (run_round)
-            work = dataclasses.replace(work, average=False, evaluate=[])
-        _, _, documents = executor._documents(work, places, files, report_failure=executor._robust())
-        here, there = str(scratch.path), str(root.path)
-        return {Path(str(p).replace(here, there, 1)): text.replace(here, there) for p, text in documents.items()}

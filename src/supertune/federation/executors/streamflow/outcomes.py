@@ -15,7 +15,7 @@ from ...config.schema import FederationConfig
 from ...config.site_login import login_ssh_words
 from ...rounds.attempts import cut_reason, reason_of
 from ...rounds.loop import RoundWork
-from ...state.receipts import read_receipt, write_receipt
+from ...state.receipts import read_receipt, write_receipt, write_trained
 from .cwl import RoundFiles, SitePlace, job_name
 
 __all__ = ["training_outcomes", "record_costs", "failure_reported"]
@@ -47,7 +47,7 @@ def training_outcomes(work: RoundWork, files: RoundFiles, interrupted: str, late
             assert w.run is not None
             if RunDir(w.run).summary.is_file():
                 try:
-                    write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
+                    write_trained(w.receipt, trained_record(w.name, w.round, w.run))
                     outcomes[w.name] = None
                 except UserError as exc:
                     said = reason_of(exc, w.label)

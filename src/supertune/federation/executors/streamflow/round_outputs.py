@@ -14,7 +14,7 @@ from ....errors import UserError
 from ...rounds.failures import FederationError
 from ...rounds.log_tail import log_tail
 from ...rounds.loop import RoundWork
-from ...state.receipts import read_receipt, write_receipt
+from ...state.receipts import read_receipt, write_receipt, write_trained
 from .cwl import RoundFiles
 
 __all__ = ["record_round", "keep_finished_training", "streamflow_errors", "round_output"]
@@ -38,7 +38,7 @@ def record_round(work: RoundWork, files: RoundFiles) -> None:
             # On this machine: checked again here, the checkpoint's files against its manifest.
             assert w.run is not None
             try:
-                record = trained_record(w.name, n, w.run)
+                record = trained_record(w.name, n, w.run).as_json()
             except UserError as exc:
                 raise FederationError(str(exc)) from None
         assert w.receipt is not None
@@ -76,7 +76,7 @@ def keep_finished_training(work: RoundWork) -> None:
     for w in work.train:
         if not w.site.login and w.run is not None and w.receipt is not None:
             try:
-                write_receipt(w.receipt, trained_record(w.name, w.round, w.run))
+                write_trained(w.receipt, trained_record(w.name, w.round, w.run))
             except UserError:
                 continue  # not finished: it resumes from its latest checkpoint next time
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from ....errors import UserError
 from ...rounds.failures import FederationError
-from ...state.receipts import write_receipt
+from ...state.receipts import write_trained
+from ...state.records import FailedTraining
 
 __all__ = ["add_arguments", "run", "link_tree", "START_MODEL", "TRAIN_LOG"]
 
@@ -135,14 +136,14 @@ def train(
         if not report_failure:
             raise
         print(f"supertune: {exc}", flush=True)
-        failed = {"site": site, "round": number, "failed": exc.reason}
-        write_receipt(receipt, failed)
-        return failed
+        failed = FailedTraining(site, number, exc.reason or reason_of(exc, f"{site} round {number}"))
+        write_trained(receipt, failed)
+        return failed.as_json()
     # The whole checkpoint, as its manifest lists it (the average refuses one with files missing):
     # with AdamW in fp32 that includes an optimizer state twice the weights' size.
-    link_tree(Path(record["checkpoint"]), out / f"checkpoint-{site}")
-    write_receipt(receipt, record)
-    return record
+    link_tree(Path(record.checkpoint), out / f"checkpoint-{site}")
+    write_trained(receipt, record)
+    return record.as_json()
 
 
 def _exit_text(code: int) -> str:
