@@ -1,7 +1,7 @@
 """Preference runs end to end through `supertune train`: TRL's metrics in metrics.jsonl and the
 summary, a run killed after the reference was computed resumes to the same losses, KTO with LoRA
-(the reference the base with the adapter off), and DPO learning to prefer the chosen answers of the
-embedded pairs it trains on."""
+(the reference the base with the adapter off), DPO learning the pairs it trains on, and DPO on the
+embedded pairs preferring the answers that agree with the facts (held-out preference accuracy >= 0.9)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_kto_with_lora_takes_the_base_as_its_reference(tmp_path):
 
 def test_dpo_learns_to_prefer_the_chosen_answers_it_trains_on(tmp_path):
     """32 embedded pairs, 20 epochs of them: the training pairs' rewards/accuracies ends near 1, the
-    margin grows. (Held-out pairs are a different matter: docs/preference.md gives what was measured.)"""
+    margin grows."""
     run = tmp_path / "run"
     proc = train(
         run,
@@ -104,3 +104,27 @@ def test_dpo_learns_to_prefer_the_chosen_answers_it_trains_on(tmp_path):
     steps = [r for r in _records(run) if "loss" in r]
     assert steps[-1]["rewards/accuracies"] >= 0.9, steps
     assert steps[-1]["rewards/margins"] > steps[0]["rewards/margins"] and steps[-1]["loss"] < 0.5
+
+
+def test_dpo_on_the_embedded_pairs_prefers_the_answers_that_agree_with_the_facts(tmp_path):
+    """`supertune train training.objective=dpo` with no data files, from fresh weights at the default
+    seed: 200 held-out pairs. The pairs ask for a copy of a word from the prompt, which the model
+    learns late and then at once (measured: 0.68 at step 100, 0.89 at 200, 0.955 at 300 of 400)."""
+    run = tmp_path / "run"
+    proc = train(
+        run,
+        "training.objective=dpo",
+        "training.max_steps=400",
+        "training.learning_rate=3e-3",
+        "training.per_device_train_batch_size=16",
+        "training.eval_strategy=steps",
+        "training.eval_steps=100",
+        "training.save_steps=1000",
+        "training.logging_steps=100",
+        "training.report_to=[]",
+        timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = _summary(run)
+    assert summary["eval_rewards/accuracies"] >= 0.9, summary
+    assert summary["eval_rewards/margins"] > 0
