@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from ..launch.launchers import launcher_names
 from .choices import OneOf
+from .objectives import objective_names
 
 __all__ = [
     "ModelConfig",
@@ -106,9 +107,15 @@ class DataConfig:
     messages_field: str = "messages"
     """Column that holds a conversation, a list of {role, content} (data.format=chat)."""
     prompt_field: str = "prompt"
-    """Column that holds the prompt (data.format=prompt_completion)."""
+    """Column that holds the prompt (data.format=prompt_completion; preference objectives, where it may be left out when the chosen and rejected conversations share their turns before the answer)."""
     completion_field: str = "completion"
-    """Column that holds the answer to the prompt (data.format=prompt_completion)."""
+    """Column that holds the answer to the prompt (data.format=prompt_completion; training.objective=kto)."""
+    chosen_field: str = "chosen"
+    """Column that holds the preferred answer of a preference pair (training.objective dpo, orpo, simpo): text, or a conversation ending on the answer turn."""
+    rejected_field: str = "rejected"
+    """Column that holds the dispreferred answer of a preference pair, in the form of chosen_field."""
+    label_field: str = "label"
+    """Column that holds whether a completion is desirable, true or false (training.objective=kto)."""
     prompt_template: str | None = None
     """data.format=prompt_completion: the prompt written from the row's columns instead of read from prompt_field, e.g. "Write a document: " or "Summarise {title}: " (literal braces as {{ }})."""
     completion_template: str | None = None
@@ -155,6 +162,18 @@ _DEFAULT_LOSS_ON = {"text": "all", "prompt_completion": "completion", "chat": "a
 class TrainingConfig:
     """Optimisation and bookkeeping; names and meanings are those of transformers' TrainingArguments."""
 
+    objective: Annotated[str, OneOf(objective_names)] = "sft"
+    """What the loss is (docs/preference.md): sft (next-token prediction on the data, as data.format says), or preference tuning on {prompt, chosen, rejected} rows: dpo (with training.dpo_loss), orpo, simpo (no reference model); or on {prompt, completion, label} rows: kto. With no data files, the preference objectives train on the embedded preference pairs."""
+    beta: float = 0.1
+    """Preference objectives: dpo and kto, the strength of the pull towards the reference model (TRL's and LLaMA-Factory's beta); simpo, the reward scale (the paper uses 2 to 10); orpo, the weight of the odds-ratio term (the paper's lambda, TRL's beta)."""
+    dpo_loss: Literal["sigmoid", "ipo", "hinge"] = "sigmoid"
+    """training.objective=dpo: sigmoid (the DPO paper's), ipo (Azar et al. 2023, a squared loss towards the margin 1/(2 beta)) or hinge (SLiC's, max(0, 1 - beta x margin)); TRL's loss_type."""
+    simpo_gamma: float = 0.5
+    """training.objective=simpo: the target reward margin gamma by which the chosen answer should lead (TRL's and LLaMA-Factory's simpo_gamma)."""
+    desirable_weight: float = 1.0
+    """training.objective=kto: weight of the desirable (label true) answers' loss, the paper's lambda_D (TRL's desirable_weight)."""
+    undesirable_weight: float = 1.0
+    """training.objective=kto: weight of the undesirable (label false) answers' loss, the paper's lambda_U (TRL's undesirable_weight); keep lambda_D x desirable rows / (lambda_U x undesirable rows) between 1 and 4/3, as the paper advises."""
     max_steps: int = 120
     """Optimizer steps; -1 runs num_train_epochs instead. When both are given, max_steps wins."""
     num_train_epochs: float = 1.0

@@ -15,6 +15,7 @@ from ..byte_sizes import byte_size_problem, parse_byte_size
 from ..file_formats import FORMATS, expand_files, file_format
 from .errors import ConfigError
 from .job_values import memory_problem, sbatch_option_problem, slurm_name_problem, time_problem, time_seconds
+from .objective_checks import objective_config_problems
 from .ranges import range_problems, seed_problems
 from .schema import DataConfig, FsdpConfig, GenerateConfig, RunConfig
 from .speed_pieces import SPEED_PIECES
@@ -354,6 +355,7 @@ def _check_template(template: str, p: list[str], key: str = "data.template", nee
 
 def _check_training(cfg: RunConfig, p: list[str]) -> None:
     t = cfg.training
+    p += objective_config_problems(cfg)
     if t.bf16 and t.fp16:
         p.append("training.bf16: set together with training.fp16; choose one mixed precision")
     if t.init_optimizer_from is not None:

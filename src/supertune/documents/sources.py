@@ -43,40 +43,46 @@ class RawSplits:
     """Where the validation documents came from: "files", "split:<name>" (a dataset's split) or "held_out"."""
 
 
-def training_files(d: DataConfig) -> list[str]:
-    """The training files, with the embedded corpus standing in when none are configured."""
+def training_files(d: DataConfig, embedded: tuple[Path, Path] | None = None) -> list[str]:
+    """The training files, with the embedded corpus standing in when none are configured
+    (`embedded`: the (train, validation) files that stand in instead of data.format's)."""
     if d.train_files:
         return list(d.train_files)
     if d.dataset_name:
         return []
-    return [str(_embedded(d).train)]
+    return [str((embedded or _embedded(d))[0])]
 
 
-def validation_files(d: DataConfig) -> list[str]:
+def validation_files(d: DataConfig, embedded: tuple[Path, Path] | None = None) -> list[str]:
     """The validation files, with the embedded corpus's own standing in when no data is configured."""
     if d.validation_files or d.train_files or d.dataset_name:
         return list(d.validation_files)
-    return [str(_embedded(d).validation)]
+    return [str((embedded or _embedded(d))[1])]
 
 
-def _embedded(d: DataConfig) -> Any:
+def _embedded(d: DataConfig) -> tuple[Path, Path]:
     """The embedded data of data.format: the conversations for chat, the stories otherwise."""
     from ..embedded import chat_corpus, default_corpus
 
-    return chat_corpus() if d.format == "chat" else default_corpus()
+    corpus = chat_corpus() if d.format == "chat" else default_corpus()
+    return corpus.train, corpus.validation
 
 
-def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
+def load_raw_splits(
+    d: DataConfig, seed: int, embedded: tuple[Path, Path] | None = None, needed: list[tuple[str, str]] | None = None
+) -> RawSplits:
     """Load the configured documents and their validation split (data.validation_split: files, a
-    dataset's split, or validation_split_percentage held out), each cut to max_*_samples (data.sample)."""
+    dataset's split, or validation_split_percentage held out), each cut to max_*_samples (data.sample).
+    `embedded`: the (train, validation) files standing in for no data instead of data.format's;
+    `needed`: the columns the rows must have instead of data.format's, as (config key, column) pairs."""
     if d.dataset_name:
         loaded = load_hub_dataset(d)
         split = validation_split_name(d, list(loaded))
         validation_from = f"split:{split}" if split else "held_out"
     else:
-        train = training_files(d)
+        train = training_files(d, embedded)
         files: dict[str, list[str]] = {"train": train}
-        validation = validation_files(d)
+        validation = validation_files(d, embedded)
         if validation:
             files["validation"] = validation
         loaded = _load_files(files, d.streaming)
@@ -90,7 +96,10 @@ def load_raw_splits(d: DataConfig, seed: int) -> RawSplits:
     _log_validation(d, validation_from, seed)
     train = _sample(train, d.max_train_samples, d, seed)
     validation = _sample(validation, d.max_eval_samples, d, seed)
-    _check_columns(d, columns)
+    if needed is None:
+        _check_columns(d, columns)
+    else:
+        _check_needed(needed, columns)
     return RawSplits(train, validation, columns, validation_from)
 
 
@@ -352,6 +361,14 @@ def _check_columns(d: DataConfig, columns: list[str]) -> None:
         elif d.format == "text" and d.prompt_field in columns and d.completion_field in columns:
             hint = "; the rows are prompt/completion pairs: set data.format=prompt_completion"
         raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)}){hint}")
+
+
+def _check_needed(needed: list[tuple[str, str]], columns: list[str]) -> None:
+    if not columns:
+        return
+    for key, column in needed:
+        if column not in columns:
+            raise UserError(f"{key}: column {column!r} is not in the data (columns: {', '.join(columns)})")
 
 
 def _template_fields(template: str) -> list[str]:

@@ -61,11 +61,16 @@ def load_tokenizer(cfg: RunConfig) -> Any:
         )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    if cfg.data.format == "chat":
+    m = cfg.model
+    own = m.tokenizer == "train" or not (m.bundle or m.tokenizer or m.name_or_path)
+    # Preference rows may be conversations: they get a template when one is at hand (a row that
+    # needs one and finds none is refused with its number).
+    preference = cfg.training.objective != "sft" and (
+        own or cfg.data.chat_template or getattr(tok, "chat_template", None)
+    )
+    if cfg.data.format == "chat" or preference:
         from ..conversations.template import attach_chat_template
 
-        m = cfg.model
-        own = m.tokenizer == "train" or not (m.bundle or m.tokenizer or m.name_or_path)
         attach_chat_template(cfg.data, tok, ref, own_tokenizer=own)
     return tok
 

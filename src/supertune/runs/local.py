@@ -181,12 +181,27 @@ def _quiet_torchrun(env: Mapping[str, str] | None) -> dict[str, str]:
     return merged
 
 
+def _eval_line(summary: dict) -> str:
+    if summary.get("perplexity") is None:
+        # A preference objective: its loss is no token loss; the share of held-out pairs preferred
+        # rightly and the mean reward margin say more.
+        line = f"eval loss {summary['eval_loss']:.4f} (training.objective={summary.get('objective')})"
+        if "eval_rewards/accuracies" in summary:
+            line += f", preference accuracy {summary['eval_rewards/accuracies']:.3f}"
+        if "eval_rewards/margins" in summary:
+            line += f", mean reward margin {summary['eval_rewards/margins']:.4f}"
+        return line + " on the validation rows"
+    return (
+        f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
+        + (f" over the {summary['loss_on']} tokens" if summary.get("loss_on", "all") != "all" else "")
+        + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else "")
+    )
+
+
 def summary_lines(summary: dict, run: RunDir) -> list[str]:
     """What a finished run says last: eval loss and perplexity, steps and tokens, where the model is."""
     lines = [
-        f"eval loss {summary['eval_loss']:.4f}, perplexity {summary['perplexity']:.2f}"
-        + (f" over the {summary['loss_on']} tokens" if summary.get("loss_on", "all") != "all" else "")
-        + (f" (unigram baseline {summary['unigram_perplexity']:.2f})" if summary.get("unigram_perplexity") else ""),
+        _eval_line(summary),
         f"trained {summary['train_steps']} steps, {summary['train_tokens']} tokens"
         + (
             f", the loss on {summary['train_loss_tokens']} of them"

@@ -115,7 +115,8 @@ class Telemetry:
         import torch
 
         # The length of the sequences the model sees: the packed block, or the padded length.
-        sequence_length = cfg.data.block_size if cfg.data.packing else (data.max_length or cfg.data.block_size)
+        packed = cfg.data.packing and cfg.training.objective == "sft"  # preference rows are padded
+        sequence_length = cfg.data.block_size if packed else (data.max_length or cfg.data.block_size)
         count, note = None, None
         try:
             arch, note = fit_to_model(architecture(model.config), model)

@@ -12,7 +12,6 @@ from ..checkpoints.faults import fault_point
 from ..config.schema import RunConfig
 from ..distributed.strategy import prepare_process, shards_parameters
 from ..evaluation.generate import generate_reply, generate_text
-from ..evaluation.loss import token_mean_loss
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.checkpointing import checkpointed_layers
 from ..modeling.decoder_layers import decoder_layers
@@ -21,10 +20,10 @@ from ..modeling.speed import RunFacts, take_speedups
 from ..modeling.tokenizer import load_tokenizer
 from ..resolve.global_batch import fit_global_batch
 from ..rundir import RunDir, write_json_atomic
-from ..training_data.pipeline import build_training_data
 from .callbacks import append_event, publish_scores
 from .final_model import save_final_model
 from .resume import choose_checkpoint
+from .run_data import build_run_data, final_evaluation, is_preference
 from .trainer import build_trainer, tokens_per_step
 
 __all__ = ["run_training"]
@@ -48,7 +47,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     speed = take_speedups(model, cfg.training.speed, cfg.training.speed_skip, _run_facts(cfg))
     if env.is_main:
         log.info("%s", speed.line())
-    data = build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length(model))
+    data = build_run_data(cfg, model, tokenizer, context_length(model), env)
     if cfg.evaluation.tasks and env.is_main:
         check_tasks(cfg.evaluation.tasks, "evaluation.tasks")  # a missing dataset now, not after the training
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env, speed.trainer_arguments)
@@ -94,14 +93,11 @@ def _train_and_finish(
     train_out, resumed = _train_or_resume(cfg, trainer, env)
     if trainer.supertune.guard.stopped is not None:
         return _stopped(run, trainer, trainer.supertune.guard.stopped, env)
-    # Every rank evaluates (its share of the sequences); with sharded parameters every rank must
-    # also make the same number of forward calls, which token_mean_loss guarantees.
-    eval_loss, eval_tokens = token_mean_loss(
-        trainer.model, data.validation, trainer.data_collator, cfg.training.per_device_eval_batch_size
-    )
+    eval_loss, eval_tokens, eval_metrics = final_evaluation(cfg, trainer, data)
     save_final_model(trainer, tokenizer, cfg, run, env)
     fault_point("final.model", trainer.state.global_step, env.rank)
     summary = _summary(cfg, trainer, train_out, eval_loss, eval_tokens, data, time.time() - started, resumed)
+    summary.update(eval_metrics)  # a preference objective's eval_rewards/... (TRL's names)
     summary["sharding"] = guard.report
     summary["speed"] = speed  # training.speed: what was taken, and why the rest was left out
     if cfg.evaluation.tasks and env.is_main:
@@ -232,7 +228,7 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
     synced = shards_parameters(cfg, env)
     if not (env.is_main or synced):
         return None
-    if cfg.data.format == "chat":
+    if cfg.data.format == "chat" or (is_preference(cfg) and _embedded_data(cfg)):
         text = _chat_sample(cfg, model, tokenizer, synced)
     else:
         text = generate_text(model, tokenizer, cfg.generate, synced_gpus=synced)
@@ -244,11 +240,14 @@ def _chat_sample(cfg: RunConfig, model: Any, tokenizer: Any, synced: bool) -> st
     conversations), or to generate.prompt as a user turn; the conversation and the answer, one line each."""
     from ..embedded import sample_conversation
 
-    d = cfg.data
-    embedded = not (d.train_files or d.dataset_name or d.store)
-    messages = sample_conversation() if embedded else [{"role": "user", "content": cfg.generate.prompt}]
+    messages = sample_conversation() if _embedded_data(cfg) else [{"role": "user", "content": cfg.generate.prompt}]
     answer = generate_reply(model, tokenizer, cfg.generate, messages, synced_gpus=synced)
     return " | ".join(f"{m['role']}: {m['content']}" for m in messages) + f" | assistant: {answer}"
+
+
+def _embedded_data(cfg: RunConfig) -> bool:
+    d = cfg.data
+    return not (d.train_files or d.dataset_name or d.store)
 
 
 def _summary(
@@ -271,8 +270,10 @@ def _summary(
         "eval_tokens": eval_tokens,
         # What eval_loss (and train_loss) are over: all tokens, or the answers' (data.loss_on).
         "loss_on": cfg.data.loss_target,
+        "objective": cfg.training.objective,
         "loss_tokens_available": data.loss_tokens_available,
-        "perplexity": math.exp(min(eval_loss, 50.0)),
+        # A preference loss is no token loss: it has no perplexity.
+        "perplexity": None if is_preference(cfg) else math.exp(min(eval_loss, 50.0)),
         "unigram_perplexity": data.unigram_perplexity,
         "train_loss": float(train_out.training_loss),
         "train_steps": int(trainer.state.global_step),

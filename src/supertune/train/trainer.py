@@ -22,6 +22,7 @@ from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
 from .logging_setup import quiet_trainer_dicts, verbose_logs
 from .loss_tokens import LossTokenCount
+from .preference_trainer import PreferenceSettings, PreferenceTrainer, reference_kind
 from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
 from .trainer_internals import internals_problems
@@ -32,8 +33,9 @@ log = logging.getLogger("supertune")
 
 
 def tokens_per_step(cfg: RunConfig, world_size: int) -> int | None:
-    """Tokens in one optimizer step when every sequence is full (packing); None for padded batches."""
-    if not cfg.data.packing:
+    """Tokens in one optimizer step when every sequence is full (packing); None for padded batches
+    (and preference rows, which are padded)."""
+    if not cfg.data.packing or cfg.training.objective != "sft":
         return None
     return global_batch(cfg, world_size) * cfg.data.block_size
 
@@ -93,7 +95,8 @@ def build_trainer(
     shard_for_strategy(cfg, model, env)
     args = training_arguments(cfg, run, {**strategy_arguments(cfg, run, env), **(speed_arguments or {})})
     after_training_arguments(cfg, env)
-    trainer = GuardedTrainer(
+    preference = cfg.training.objective != "sft"
+    trainer = (PreferenceTrainer if preference else GuardedTrainer)(
         model=model,
         args=args,
         train_dataset=whole_global_batches(data.train, cfg.training.global_batch_size),
@@ -114,6 +117,10 @@ def build_trainer(
         init_optimizer_from=Path(cfg.training.init_optimizer_from) if cfg.training.init_optimizer_from else None,
     )
     trainer.loss_tokens = LossTokenCount()
+    if preference:
+        trainer.setup_preference(
+            PreferenceSettings(cfg.training, reference_kind(cfg.training.objective, cfg.model.lora.enabled))
+        )
     trainer.telemetry = telemetry
     trainer.tracking = tracking
     guard.trainer = trainer

@@ -56,6 +56,24 @@ TRAINER_INTERNALS = (
         "gradient accumulation under fsdp reduces once per step (supertune.distributed.fsdp)",
     ),
     TrainerInternal(
+        "compute_loss",
+        ("model", "inputs", "return_outputs", "num_items_in_batch"),
+        "a preference objective's loss replaces the model's own (supertune.train.preference_trainer)",
+        ("training_step",),
+    ),
+    TrainerInternal(
+        "prediction_step",
+        ("model", "inputs", "prediction_loss_only", "ignore_keys"),
+        "a preference objective evaluates with its own loss and metrics",
+        ("evaluation_loop",),
+    ),
+    TrainerInternal(
+        "log",
+        ("logs", "start_time"),
+        "a preference objective's metrics join the logged loss",
+        ("_maybe_log_save_evaluate", "evaluate"),
+    ),
+    TrainerInternal(
         "_load_from_checkpoint",
         ("resume_from_checkpoint", "model"),
         "loads a checkpoint written at the last step without training",

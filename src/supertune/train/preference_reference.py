@@ -1,0 +1,67 @@
+"""The reference model's log-probabilities, computed once with the start model before training.
+
+Full fine-tuning changes the weights the reference must keep, so instead of a frozen second copy
+of the model (twice the weights in memory) every row's reference log-probabilities are computed
+with the start model before the Trainer exists, and kept with the rows
+(supertune.training_data.preference_data): one forward pass over the data, no gradients, then
+the run holds one model. The start model is built the same way at every start of the run (the
+same files, or the same seed for fresh weights), so a resumed or requeued run computes the same
+numbers again before it loads its checkpoint; storing and verifying them instead comes later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..training_data.preference_data import PreferenceRows
+from .preference_losses import sequence_logps
+
+__all__ = ["attach_reference", "reference_logps"]
+
+log = logging.getLogger("supertune")
+
+
+def attach_reference(model: Any, splits: list[PreferenceRows], collator: Any, batch_size: int, device: Any) -> None:
+    """Set `.reference` of each split: the start model's log-probabilities of its rows."""
+    started = time.time()
+    for rows in splits:
+        rows.reference = reference_logps(model, rows, collator, batch_size, device)
+    log.info(
+        "reference log-probabilities of %s rows computed once with the start model (%.1f s)",
+        " and ".join(str(len(rows)) for rows in splits),
+        time.time() - started,
+    )
+
+
+def reference_logps(model: Any, rows: PreferenceRows, collator: Any, batch_size: int, device: Any) -> np.ndarray:
+    """Rows x 2 float64: each row's (chosen, rejected) or (answer, KL row) summed answer log-probability."""
+    out = np.zeros((len(rows), 2), dtype=np.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(rows), batch_size):
+                items = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
+                for item in items:
+                    item.pop("reference", None)
+                batch = {k: v.to(device) for k, v in collator(items).items()}
+                first = _scored(model, batch, "")
+                if rows.paired:
+                    n = len(items)
+                    out[start : start + n, 0], out[start : start + n, 1] = first[:n], first[n:]
+                else:
+                    out[start : start + len(items), 0] = first
+                    out[start : start + len(items), 1] = _scored(model, batch, "kl_")
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _scored(model: Any, batch: dict[str, Any], prefix: str) -> np.ndarray:
+    logits = model(input_ids=batch[f"{prefix}input_ids"], attention_mask=batch[f"{prefix}attention_mask"]).logits
+    return sequence_logps(logits, batch[f"{prefix}labels"])[0].double().cpu().numpy()
