@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gather into .whl/ the wheels a bare GPU machine lacks for bench/gpu.py (it has a CUDA PyTorch,
 # accelerate, safetensors, tokenizers and huggingface-hub, nothing can be fetched there, and its
-# Python is 3.12): supertune's pinned transformers, datasets, peft, deepspeed and python-hostlist,
+# Python is 3.12): supertune's pinned transformers, datasets, peft, torchao, deepspeed and python-hostlist,
 # with the dependencies of these that such a machine does not have. About 21 MB.
 #
 #   bash bench/gpu_wheels.sh            # here, where PyPI is reachable; then, on the GPU machine:
@@ -21,6 +21,8 @@ wanted=()
 for name in "${binary[@]}"; do
   wanted+=("$name==$(version "$name")")
 done
+# training.float8's torchao, at its pin (the arm throughput-float8): the CPU environment here may lack it.
+wanted+=("torchao==$(sed -n 's/^torchao==//p' src/supertune/pinned-requirements.txt)")
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl "${wanted[@]}"

@@ -92,6 +92,10 @@ CASES = [
         "evaluation.every_steps: distributed.strategy=fsdp shards the parameters",
     ),
     (["evaluation.tasks=['a,b']"], "evaluation.tasks: ['a,b'] holds an empty name or a comma"),
+    (
+        ["training.float8=true", "distributed.strategy=fsdp"],
+        "training.float8: needs distributed.strategy=ddp, got fsdp",
+    ),
     (["foo.bar=1"], "foo: unknown key"),
     (["model=3"], "model: expected a mapping"),
     (["training.max_steps"], "override 'training.max_steps': expected section.key=value"),

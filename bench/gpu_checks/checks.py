@@ -321,19 +321,24 @@ class Checklist:
             "generate.max_new_tokens=0",
         ]
 
-    def throughput_supertune(self, speed: str = "auto", documents: bool = False) -> None:
+    def throughput_supertune(self, speed: str = "auto", documents: bool = False, float8: bool = False) -> None:
         """supertune's arm; training.speed=auto (the default) is the one the other arms compare with.
 
         documents: the same with data.document_mask=true (whole documents per block, kept apart by
         their position ids; under auto on CUDA through flex attention), against plain packing's
-        tokens/s (counted without the padding the blocks of whole documents leave)."""
+        tokens/s (counted without the padding the blocks of whole documents leave).
+        float8: the same with training.float8=true (the decoder layers' matmuls in float8), against
+        auto's tokens/s; refused by the run itself on a card below compute capability 8.9."""
         packing = "packing with document masks" if documents else "packing"
-        variant = f"supertune: {packing}, bf16, sdpa, fused AdamW, training.speed={speed}"
+        variant = (
+            f"supertune: {packing}, bf16{' + float8' if float8 else ''}, sdpa, fused AdamW, training.speed={speed}"
+        )
         if self._skip("throughput", variant, 90):
             return
         overrides = [*self._throughput_overrides("sdpa"), f"training.speed={speed}"]
         overrides += ["data.document_mask=true"] if documents else []
-        name = f"supertune-{speed}" + ("-documents" if documents else "")
+        overrides += ["training.float8=true"] if float8 else []
+        name = f"supertune-{speed}" + ("-documents" if documents else "") + ("-float8" if float8 else "")
         done, run_dir = self.runner.train(f"throughput-{name}", overrides, cap=420)
         s = summary(run_dir)
         s = {**s, "parameters": _logged_parameters(done)} if s else s
@@ -346,6 +351,10 @@ class Checklist:
             figures["padding share"] = s.get("padding_share")
             if s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
                 figures["this / auto packing tokens/s"] = s["throughput_tokens_per_s"] / auto["throughput_tokens_per_s"]
+        elif float8:
+            figures["float8 linear layers"] = (s.get("speed") or {}).get("float8_linears")
+            if s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
+                figures["this / auto tokens/s"] = s["throughput_tokens_per_s"] / auto["throughput_tokens_per_s"]
         elif speed != "auto" and s.get("throughput_tokens_per_s") and auto.get("throughput_tokens_per_s"):
             figures["auto / this tokens/s"] = auto["throughput_tokens_per_s"] / s["throughput_tokens_per_s"]
         figures["wall s"] = round(done.seconds, 1)

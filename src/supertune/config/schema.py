@@ -243,6 +243,8 @@ class TrainingConfig:
     """auto: every exact speed-up this device and run allow (the start of the run names them, summary.json's speed records them); plain: the model's own code as the Trainer runs it, for debugging."""
     speed_skip: list[str] = field(default_factory=list)
     """Speed-ups auto leaves out, by name: chunked_cross_entropy (the loss without the full logits), fused_adamw (adamw_torch as one fused kernel), flex_document_mask (document-masked packing through flex attention), compile (the decoder layers compiled)."""
+    float8: bool = False
+    """Train the decoder layers' linear layers in float8 (torchao; not bit-exact, so never taken by auto): needs a GPU of compute capability >= 8.9 (H100/H200, Ada) and distributed.strategy ddp, without LoRA."""
     dataloader_num_workers: int = 0
     """Worker processes per data loader."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])

@@ -371,6 +371,15 @@ def _check_training(cfg: RunConfig, p: list[str]) -> None:
     for name in t.speed_skip:
         if name not in SPEED_PIECES:
             p.append(f"training.speed_skip: {name!r} is not a speed-up; name any of {', '.join(SPEED_PIECES)}")
+    if t.float8 and cfg.distributed.strategy != "ddp":
+        # ZeRO shards and gathers the weights in its own hooks and FSDP would need torchao's float8
+        # all-gather set up with it; neither is tested with float8 here.
+        p.append(
+            f"training.float8: needs distributed.strategy=ddp, got {cfg.distributed.strategy}; remove training.float8"
+        )
+    if t.float8 and cfg.model.lora.enabled:
+        # peft wraps the very linear layers float8 would swap, and adds adapters beside them: untested.
+        p.append("training.float8: not with model.lora.enabled (float8 under LoRA adapters is untested); remove one")
     for sink in t.report_to:
         if sink not in REPORT_SINKS:
             p.append(

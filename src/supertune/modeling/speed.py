@@ -5,7 +5,9 @@ in this run (None when it can) and how it is applied: to the model, or as Traini
 the Trainer is built with (SpeedChoice.trainer_arguments). `auto` takes every one that can
 run here and is not named in training.speed_skip; `plain` takes none. The choice is said in one line
 at the start of the run and recorded in summary.json under `speed`, with the reason for each
-speed-up left out, so a run's speed can be explained from its own directory.
+speed-up left out, so a run's speed can be explained from its own directory. training.float8, not
+exact and so never one of these, is applied here too when it is set, before them, so that they see
+the model it trains, and said and recorded with them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..config.speed_pieces import SPEED_PIECES
 from .chunked_loss import unfit_reason, use_chunked_loss
 from .compiled_layers import compile_layers, compile_unfit_reason
 from .flex_documents import flex_unfit_reason, use_flex_documents
+from .float8 import use_float8
 
 __all__ = ["SPEEDUPS", "SpeedChoice", "Speedup", "RunFacts", "take_speedups"]
 
@@ -115,19 +118,28 @@ class SpeedChoice:
     """name -> why"""
     trainer_arguments: dict[str, Any] = field(default_factory=dict)
     """TrainingArguments keywords the speed-ups taken set (over the run config's)."""
+    float8_linears: int | None = None
+    """With training.float8: how many linear layers train in float8; None without it."""
 
     def line(self) -> str:
         taken = ", ".join(self.taken) or "none"
         left = "; ".join(f"{name} ({why})" for name, why in self.left_out.items())
-        return f"speed: {self.mode} on {self.device.upper()}: {taken}" + (f"; left out: {left}" if left else "")
+        float8 = (
+            "" if self.float8_linears is None else f"; float8: {self.float8_linears} linear layers (training.float8)"
+        )
+        return f"speed: {self.mode} on {self.device.upper()}: {taken}{float8}" + (f"; left out: {left}" if left else "")
 
     def record(self) -> dict[str, Any]:
-        return {"mode": self.mode, "device": self.device, "taken": list(self.taken), "left_out": dict(self.left_out)}
+        record = {"mode": self.mode, "device": self.device, "taken": list(self.taken), "left_out": dict(self.left_out)}
+        return record if self.float8_linears is None else {**record, "float8_linears": self.float8_linears}
 
 
-def take_speedups(model: Any, mode: str, skip: list[str], facts: RunFacts) -> SpeedChoice:
-    """Apply to `model` every speed-up `mode` (training.speed) allows here, less those in `skip`."""
+def take_speedups(model: Any, mode: str, skip: list[str], facts: RunFacts, float8: bool = False) -> SpeedChoice:
+    """Apply to `model` every speed-up `mode` (training.speed) allows here, less those in `skip`; with
+    `float8` (training.float8, whatever the mode), first its decoder layers' linear layers in float8."""
     choice = SpeedChoice(mode, facts.device)
+    if float8:
+        choice.float8_linears = use_float8(model)
     for name in SPEED_PIECES:
         speedup = SPEEDUPS[name]
         if mode == "plain":

@@ -86,6 +86,10 @@ def check_local_start(cfg: RunConfig, gpus: bool = True) -> None:
     from ..doctor.startup import refuse_unfit_node
 
     refuse_unfit_node(gpus)  # a TMPDIR compilers cannot write into; a GPU job that would train on the CPU
+    if gpus and cfg.training.float8:
+        from ..modeling.float8 import refuse_float8_device
+
+        refuse_float8_device()  # a card without float8 matmuls, before a run directory exists
     m = cfg.model
     if m.name_or_path and not m.from_config:
         check_saved_model(os.path.expanduser(m.name_or_path), "model.name_or_path", "auto", tokenizer=False)

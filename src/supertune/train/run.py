@@ -15,6 +15,7 @@ from ..evaluation.generate import generate_reply, generate_text
 from ..launch.environment import LaunchEnvironment, launch_environment
 from ..modeling.checkpointing import checkpointed_layers
 from ..modeling.decoder_layers import decoder_layers
+from ..modeling.float8 import refuse_float8_device
 from ..modeling.model import build_model, context_length
 from ..modeling.speed import RunFacts, take_speedups
 from ..modeling.tokenizer import load_tokenizer
@@ -43,8 +44,10 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     prepare_process(cfg, env)
     set_seed(cfg.training.seed)
     tokenizer = load_tokenizer(cfg)
+    if cfg.training.float8:
+        refuse_float8_device()  # in each process, before the model is built: this node's GPU
     model = build_model(cfg.model, tokenizer, document_mask=cfg.data.packing and cfg.data.document_mask)
-    speed = take_speedups(model, cfg.training.speed, cfg.training.speed_skip, _run_facts(cfg))
+    speed = take_speedups(model, cfg.training.speed, cfg.training.speed_skip, _run_facts(cfg), cfg.training.float8)
     if env.is_main:
         log.info("%s", speed.line())
     data = build_run_data(cfg, model, tokenizer, context_length(model), env)
