@@ -44,9 +44,20 @@ COST = "cost.json"
 
 def link_tree(source: Path, target: Path) -> None:
     """`target` as a copy of the directory `source` made of hard links (copies across file systems),
-    published by a rename: a directory at `target` is always complete. An existing one is kept."""
-    if target.is_dir():
+    published by a rename: a directory at `target` is always complete. An existing one is kept,
+    unless it is empty (earlier versions published an empty one for a missing source, which every
+    later attempt then kept and failed on). A missing or empty `source` is a FederationError (a
+    failed attempt, retried), never an empty `target`."""
+    if target.is_dir() and any(target.iterdir()):
         return
+    if not source.is_dir() or not any(path.is_file() for path in source.rglob("*")):
+        raise FederationError(
+            f"{source} is missing or holds no files, so {target} cannot be made from it; "
+            "check that the step was given the model (the round's global model or a checkpoint)",
+            f"failed: no model at {source.name}",
+        )
+    if target.is_dir():
+        target.rmdir()
     source = source.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
