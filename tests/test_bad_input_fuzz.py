@@ -110,7 +110,7 @@ def _random_config(rng: random.Random) -> dict:
             [
                 rng.choice(NASTY),
                 rng.randint(-(2**70), 2**70),
-                float(f"{rng.random()}e{rng.randint(-400, 400)}"),
+                float(f"{rng.random():.6f}e{rng.randint(-400, 400)}"),  # fixed digits: no exponent of its own
                 None,
                 [],
                 {},
