@@ -57,7 +57,7 @@ def _workers(root: int) -> list[int]:
         for child in children.get(pid, []):
             todo.append(child)
             try:
-                if b"supertune.train.worker" in (Path("/proc") / str(child) / "cmdline").read_bytes():
+                if b"supertune.train.lifecycle.worker" in (Path("/proc") / str(child) / "cmdline").read_bytes():
                     found.append(child)
             except OSError:
                 pass

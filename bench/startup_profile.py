@@ -64,7 +64,7 @@ def import_costs(top: int = 10) -> list[tuple[str, float]]:
     A package's time includes whatever it is the first to import (peft, for one, is where
     transformers' modeling code first loads), so the rows overlap and do not add up.
     """
-    code = "import supertune.cli.main, supertune.train.run; from transformers import Trainer"
+    code = "import supertune.cli.main, supertune.train.lifecycle.run; from transformers import Trainer"
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True)
     rows = []
     for line in done.stderr.splitlines():

@@ -18,7 +18,7 @@ import time
 def start_seconds() -> float:
     """Wall seconds a fresh Python process takes to import supertune's training worker, now."""
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import supertune.train.worker"], check=True, timeout=900)
+    subprocess.run([sys.executable, "-c", "import supertune.train.lifecycle.worker"], check=True, timeout=900)
     return time.monotonic() - began
 
 

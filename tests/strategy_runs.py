@@ -72,7 +72,7 @@ def two_nodes(run_dir: Path, fault: str | None = None) -> list[subprocess.Comple
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
             + ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port]
-            + ["-m", "supertune.train.worker", str(run_dir)],
+            + ["-m", "supertune.train.lifecycle.worker", str(run_dir)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -252,7 +252,7 @@ def test_a_stream_carries_the_masks_as_files_do(base_tokenizer, tmp_path, caplog
 
 
 def test_the_loss_targets_are_the_shifted_labels_that_are_kept():
-    from supertune.train.loss_tokens import LossTokenCount, loss_targets
+    from supertune.train.data.loss_tokens import LossTokenCount, loss_targets
 
     labels = torch.tensor([[-100, -100, 5, 6, -100], [7, 8, 9, -100, -100]])
     assert int(loss_targets({"labels": labels})) == 2 + 2  # position 0 of each row predicts nothing

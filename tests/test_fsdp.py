@@ -154,7 +154,7 @@ def _torchrun_worker(run_dir):
             "--master-port",
             str(free_port()),
             "-m",
-            "supertune.train.worker",
+            "supertune.train.lifecycle.worker",
             str(run_dir),
         ],
         capture_output=True,

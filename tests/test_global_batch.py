@@ -70,7 +70,7 @@ def test_each_process_fits_the_split_to_its_real_world_size(caplog):
 
 
 def test_a_resume_with_another_process_count_keeps_the_global_batch():
-    from supertune.train.resume import config_differences
+    from supertune.train.lifecycle.resume import config_differences
 
     base = ["training.global_batch_size=16", "training.per_device_train_batch_size=8"]
     assert config_differences(resolve_run_config(None, base), resolve_run_config(None, [*base, "launch.nproc=2"])) == []
@@ -115,7 +115,7 @@ def test_one_and_two_processes_train_the_same_steps(tmp_path):
 
 def test_an_epoch_is_cut_to_whole_global_batches():
     from supertune.errors import UserError
-    from supertune.train.global_batch_data import whole_global_batches
+    from supertune.train.data.global_batch_data import whole_global_batches
 
     data = list(range(170))
     cut = whole_global_batches(data, 16)

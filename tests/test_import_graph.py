@@ -119,7 +119,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def _package(module: str) -> str:
-    """The room a module belongs to: supertune.train.run -> train; supertune.errors -> errors."""
+    """The room a module belongs to: supertune.train.lifecycle.run -> train; supertune.errors -> errors."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "supertune"
 

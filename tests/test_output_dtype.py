@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from supertune.cli.main import main
 from supertune.errors import UserError
-from supertune.train.output_dtype import cast_saved_model
+from supertune.train.lifecycle.output_dtype import cast_saved_model
 
 
 def _tiny_model():

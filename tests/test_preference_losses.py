@@ -32,9 +32,9 @@ from supertune.embedded import default_tokenizer
 from supertune.embedded.chat import EMBEDDED_CHAT_TEMPLATE
 from supertune.embedded.model import default_model_config
 from supertune.embedded.preference import generate_pairs
-from supertune.train.preference_losses import DPO_LOSSES, LOSSES, sequence_logps
-from supertune.train.preference_reference import attach_reference
-from supertune.train.preference_trainer import PreferenceSettings, PreferenceTrainer
+from supertune.train.preference.preference_losses import DPO_LOSSES, LOSSES, sequence_logps
+from supertune.train.preference.preference_reference import attach_reference
+from supertune.train.preference.preference_trainer import PreferenceSettings, PreferenceTrainer
 from supertune.training_data.preference_data import PreferenceCollator, PreferenceRows
 
 TOL = 1e-6

@@ -12,7 +12,7 @@ import torch
 
 from strategy_runs import free_port
 from supertune.rundir import RunDir
-from supertune.train.stopping import NonFiniteLoss, RunGuard
+from supertune.train.trainer.stopping import NonFiniteLoss, RunGuard
 
 
 def _guard(tmp_path: Path, rank: int = 0) -> RunGuard:
@@ -121,7 +121,7 @@ def test_two_ranks_agree_on_a_stop_and_on_a_nan_one_of_them_saw(tmp_path):
 def test_the_flop_estimate_is_the_trainers_without_walking_the_model_each_micro_batch(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
-    from supertune.train.guarded_trainer import GuardedTrainer
+    from supertune.train.trainer.guarded_trainer import GuardedTrainer
 
     model = LlamaForCausalLM(
         LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)

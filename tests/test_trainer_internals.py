@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 
-from supertune.train.guarded_trainer import GuardedTrainer
-from supertune.train.trainer_internals import TRAINER_INTERNALS, internals_problems
+from supertune.train.trainer.guarded_trainer import GuardedTrainer
+from supertune.train.trainer.trainer_internals import TRAINER_INTERNALS, internals_problems
 
 
 def test_the_installed_transformers_matches_the_table():

@@ -94,7 +94,7 @@ def supertune_phases(marks: Marks, argv: list[str]) -> None:
     from transformers import Trainer  # noqa: F401
 
     import supertune.cli.main as cli
-    import supertune.train.run as run
+    import supertune.train.lifecycle.run as run
     import supertune.training_data.pipeline as pipeline
 
     marks.add("imports (supertune CLI, torch, transformers Trainer, datasets)")

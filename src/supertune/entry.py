@@ -42,7 +42,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
     for e in (
         EntryPoint(
             TRAIN_WORKER,
-            "supertune.train.worker",
+            "supertune.train.lifecycle.worker",
             "one process of a run's training (torchrun, accelerate, deepspeed, srun start it)",
         ),
         EntryPoint(

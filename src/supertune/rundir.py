@@ -37,7 +37,7 @@ SUMMARY_FIELDS = {
         )
     },
 }  # fmt: skip
-"""The numbers of summary.json that readers compute with (train/run.py writes them): a string there is
+"""The numbers of summary.json that readers compute with (train/lifecycle/run.py writes them): a string there is
 damage, and so is a value no run can have (0 processes or nodes, a negative count, time or rate)."""
 
 
@@ -46,7 +46,7 @@ STOPPED_FIELDS = {
     "reason": Field("str"),
     "checkpoint": Field("str"),
 }
-"""What `supertune train` reports of a stop on request (train/run.py writes stopped.json)."""
+"""What `supertune train` reports of a stop on request (train/lifecycle/run.py writes stopped.json)."""
 
 
 class RunDir:

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(federation_plan(args.federation, args.dir))
         return 0
     from ..federation import federate
-    from ..train.logging_setup import setup_logging
+    from ..train.lifecycle.logging_setup import setup_logging
 
     if args.site:
         if not args.federation or args.drop or args.skip_site:

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         import os
 
-        from ..train.logging_setup import VERBOSE_VARIABLE
+        from ..train.lifecycle.logging_setup import VERBOSE_VARIABLE
 
         os.environ[VERBOSE_VARIABLE] = "1"  # the workers (torchrun's too) inherit it
 

@@ -6,7 +6,7 @@ SimPO) or of one answer marked desirable or not (`unpaired`: KTO), and need a re
 The record says which knobs of training it reads; a knob changed for an objective that does not read
 it is a config error, so a mistyped objective cannot silently train with the defaults.
 
-How each loss is computed lives in supertune.train.preference_losses, one function per name here
+How each loss is computed lives in supertune.train.preference.preference_losses, one function per name here
 (tests/test_preference_losses.py holds the two tables to the same names). This module imports
 nothing heavy: config validation and `--help` read it.
 """

@@ -3,7 +3,7 @@
 ddp is the Trainer's default data parallelism (nothing to add); zero1/2/3 pass DeepSpeed's JSON,
 also written to RunDir.deepspeed_config for the record; fsdp shards the model here (supertune.distributed.fsdp)
 and asks the Trainer to save only the model (its sharded checkpoint files are written by
-supertune.train.guarded_trainer).
+supertune.train.trainer.guarded_trainer).
 """
 
 from __future__ import annotations

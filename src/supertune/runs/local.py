@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..exit_codes import REQUEUE_EXIT_CODE
 from ..rundir import RunDir
-from ..train.signals import clear_stop_files, install_signal_handlers, request_stop
+from ..train.trainer.signals import clear_stop_files, install_signal_handlers, request_stop
 from .run_dir_choice import choose_run_dir
 
 if TYPE_CHECKING:
@@ -133,8 +133,8 @@ def train_here(cfg: RunConfig, run: RunDir, watched: list[RunDir]) -> LocalOutco
             cfg.launch.nproc, os.environ.get("OMP_NUM_THREADS"), lambda line: print(line, file=sys.stderr, flush=True)
         )
         return _outcome(run, run_foreground(_argv(cfg, run), _quiet_torchrun(None)))
-    from ..train.logging_setup import setup_logging
-    from ..train.run import run_training
+    from ..train.lifecycle.logging_setup import setup_logging
+    from ..train.lifecycle.run import run_training
 
     setup_logging()
     summary = run_training(cfg, run)

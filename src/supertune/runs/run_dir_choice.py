@@ -35,7 +35,7 @@ def choose_run_dir(run_dir: str | None, resolution: Any, no_resume: bool) -> Run
         write_resolution(run, resolution)
         return RunDirChoice(run, resumed=False, finished=False, message=f"run dir {run.path}")
     from ..checkpoints.layout import CheckpointDir
-    from ..train.resume import config_differences
+    from ..train.lifecycle.resume import config_differences
 
     run = RunDir(Path(run_dir).expanduser().absolute())
     if no_resume:

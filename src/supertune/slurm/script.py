@@ -281,7 +281,7 @@ def _fill(template: str, job: JobSpec) -> str:
 
 
 # A signal to this shell becomes the stop-request file, which the training processes read once per
-# step: they finish the step, save a checkpoint and stop (supertune.train.stopping). USR1 comes from
+# step: they finish the step, save a checkpoint and stop (supertune.train.trainer.stopping). USR1 comes from
 # --signal before the time limit (or `scancel --batch --signal=USR1`) and asks for a requeue as
 # well; TERM (scancel, preemption) only for the checkpoint: SLURM decides what happens next.
 _STOP_HANDLING = """\

@@ -86,7 +86,7 @@ METRIC_FIELDS = {
     **{name: Field("number", required=False, null=True) for name in ("loss", "eval_loss")},
     **{name: Field("number", required=False, null=True, least=0) for name in _MEASURED if "loss" not in name},
 }
-"""What the report reads of a metrics.jsonl record (train/callbacks.py writes a step into each; null: not
+"""What the report reads of a metrics.jsonl record (train/trainer/callbacks.py writes a step into each; null: not
 measured); a negative step, learning rate, throughput, MFU or token count is damage."""
 
 

@@ -8,7 +8,7 @@ and padding, as a causal LM's batch is). A KTO batch holds the answers, and besi
 log-probability ratio estimates the KL divergence the loss measures against.
 
 The reference model's log-probabilities, when computed once before training
-(supertune.train.preference_reference), are kept with the rows (`PreferenceRows.reference`) and
+(supertune.train.preference.preference_reference), are kept with the rows (`PreferenceRows.reference`) and
 travel with each batch as `ref_logps` (and `ref_kl_logps`), so a run holds one model.
 """
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"supertune: site {args.site}: submitted job {job_id}, the next link of the agent's chain", flush=True)
         return 0
     from ....exchange import ExchangeUnreachable
-    from ....train.logging_setup import setup_logging
+    from ....train.lifecycle.logging_setup import setup_logging
     from .agent_chain import OUTAGE_EXIT
     from .site_agent import run_agent
 

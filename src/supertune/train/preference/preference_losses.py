@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..config.schema import TrainingConfig
-from .loss_tokens import IGNORED_LABEL
+from ...config.schema import TrainingConfig
+from ..data.loss_tokens import IGNORED_LABEL
 
 __all__ = [
     "DPO_LOSSES",

@@ -1,9 +1,9 @@
 """The Trainer of a preference run: GuardedTrainer (checkpoints, NaN guard, resume, requeue) whose
-loss is the objective's (supertune.train.preference_losses) instead of the model's own.
+loss is the objective's (supertune.train.preference.preference_losses) instead of the model's own.
 
 The reference model is never a second copy: with LoRA it is the base with the adapter switched off
 (peft's disable_adapter); in full fine-tuning its log-probabilities are computed once with the
-start model before training (supertune.train.preference_reference) and come with each batch. ORPO
+start model before training (supertune.train.preference.preference_reference) and come with each batch. ORPO
 and SimPO have none.
 
 The metrics (TRL's names) are summed per micro-batch in a tensor on the device, without a sync, and
@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from ..config.objectives import OBJECTIVES
-from ..config.schema import TrainingConfig
-from .guarded_trainer import GuardedTrainer
+from ...config.objectives import OBJECTIVES
+from ...config.schema import TrainingConfig
+from ..trainer.guarded_trainer import GuardedTrainer
 from .preference_losses import LOSSES, LossOutput, PairLogps, UnpairedLogps, sequence_logps
 
 __all__ = ["METRIC_NAMES", "PreferenceSettings", "PreferenceTrainer", "reference_kind"]

@@ -7,25 +7,25 @@ import math
 import time
 from typing import Any
 
-from ..benchmarks import check_tasks, flat_scores, record, score_model
-from ..checkpoints.faults import fault_point
-from ..config.schema import RunConfig
-from ..distributed.strategy import prepare_process, shards_parameters
-from ..evaluation.generate import generate_reply, generate_text
-from ..launch.environment import LaunchEnvironment, launch_environment
-from ..modeling.checkpointing import checkpointed_layers
-from ..modeling.decoder_layers import decoder_layers
-from ..modeling.float8 import refuse_float8_device
-from ..modeling.model import build_model, context_length
-from ..modeling.speed import RunFacts, take_speedups
-from ..modeling.tokenizer import load_tokenizer
-from ..resolve.global_batch import fit_global_batch
-from ..rundir import RunDir, write_json_atomic
-from .callbacks import append_event, publish_scores
+from ...benchmarks import check_tasks, flat_scores, record, score_model
+from ...checkpoints.faults import fault_point
+from ...config.schema import RunConfig
+from ...distributed.strategy import prepare_process, shards_parameters
+from ...evaluation.generate import generate_reply, generate_text
+from ...launch.environment import LaunchEnvironment, launch_environment
+from ...modeling.checkpointing import checkpointed_layers
+from ...modeling.decoder_layers import decoder_layers
+from ...modeling.float8 import refuse_float8_device
+from ...modeling.model import build_model, context_length
+from ...modeling.speed import RunFacts, take_speedups
+from ...modeling.tokenizer import load_tokenizer
+from ...resolve.global_batch import fit_global_batch
+from ...rundir import RunDir, write_json_atomic
+from ..data.run_data import build_run_data, final_evaluation, is_preference
+from ..trainer.callbacks import append_event, publish_scores
+from ..trainer.trainer import build_trainer, tokens_per_step
 from .final_model import save_final_model
 from .resume import choose_checkpoint
-from .run_data import build_run_data, final_evaluation, is_preference
-from .trainer import build_trainer, tokens_per_step
 
 __all__ = ["run_training"]
 
@@ -241,7 +241,7 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
 def _chat_sample(cfg: RunConfig, model: Any, tokenizer: Any, synced: bool) -> str:
     """A chat run's sample: the answer to a question about a town of no split (the embedded
     conversations), or to generate.prompt as a user turn; the conversation and the answer, one line each."""
-    from ..embedded import sample_conversation
+    from ...embedded import sample_conversation
 
     messages = sample_conversation() if _embedded_data(cfg) else [{"role": "user", "content": cfg.generate.prompt}]
     answer = generate_reply(model, tokenizer, cfg.generate, messages, synced_gpus=synced)
@@ -281,7 +281,7 @@ def _summary(
         "train_loss": float(train_out.training_loss),
         "train_steps": int(trainer.state.global_step),
         "train_tokens": tokens,
-        # The tokens the loss was computed on (supertune.train.loss_tokens), of train_tokens read;
+        # The tokens the loss was computed on (supertune.train.data.loss_tokens), of train_tokens read;
         # None after resuming from a checkpoint that did not count them.
         "train_loss_tokens": loss_tokens,
         "train_runtime_s": runtime,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..rundir import RunDir
+from ...rundir import RunDir
 
 __all__ = [
     "STOP_SIGNALS",

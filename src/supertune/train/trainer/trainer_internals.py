@@ -58,7 +58,7 @@ TRAINER_INTERNALS = (
     TrainerInternal(
         "compute_loss",
         ("model", "inputs", "return_outputs", "num_items_in_batch"),
-        "a preference objective's loss replaces the model's own (supertune.train.preference_trainer)",
+        "a preference objective's loss replaces the model's own (supertune.train.preference.preference_trainer)",
         ("training_step",),
     ),
     TrainerInternal(

@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints.layout import CheckpointDir
-from ..checkpoints.manifest import CheckpointManifest
-from ..config.schema import RunConfig
+from ...checkpoints.layout import CheckpointDir
+from ...checkpoints.manifest import CheckpointManifest
+from ...config.schema import RunConfig
 
 __all__ = ["choose_checkpoint", "config_differences", "CHANGEABLE_ON_RESUME"]
 

@@ -23,7 +23,7 @@ def verbose_logs() -> bool:
 
 
 def setup_logging() -> None:
-    from ..launch.environment import launch_environment
+    from ...launch.environment import launch_environment
 
     rank = launch_environment().rank
     if not verbose_logs():
@@ -39,7 +39,7 @@ def setup_logging() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_warning() if rank == 0 else hf_logging.set_verbosity_error()
-    from .progress import progress_bar_wanted
+    from ..trainer.progress import progress_bar_wanted
 
     if not progress_bar_wanted():
         # In a job log, the libraries' bars (tokenizing, saving shards) would be lines of carriage

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..checkpoints.manifest import write_model_manifest
-from ..config.schema import RunConfig
-from ..launch.environment import LaunchEnvironment
-from ..modeling.model import torch_dtype
-from ..rundir import RunDir
+from ...checkpoints.manifest import write_model_manifest
+from ...config.schema import RunConfig
+from ...launch.environment import LaunchEnvironment
+from ...modeling.model import torch_dtype
+from ...rundir import RunDir
 from .output_dtype import cast_saved_model
 
 __all__ = ["save_final_model"]

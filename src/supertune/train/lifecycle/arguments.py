@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.schema import RunConfig
-from ..rundir import RunDir
-from .progress import progress_bar_wanted
+from ...config.schema import RunConfig
+from ...rundir import RunDir
+from ..trainer.progress import progress_bar_wanted
 
 __all__ = ["training_arguments", "PASSED_THROUGH"]
 

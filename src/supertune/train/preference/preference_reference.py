@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..training_data.preference_data import PreferenceRows
+from ...training_data.preference_data import PreferenceRows
 from .preference_losses import sequence_logps
 
 __all__ = ["attach_reference", "reference_logps"]

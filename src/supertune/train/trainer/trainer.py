@@ -1,4 +1,4 @@
-"""The Trainer of a run (supertune.train.guarded_trainer), with supertune's callbacks and collators."""
+"""The Trainer of a run (supertune.train.trainer.guarded_trainer), with supertune's callbacks and collators."""
 
 from __future__ import annotations
 
@@ -6,23 +6,23 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..benchmarks import BenchmarkCallback
-from ..checkpoints.layout import CheckpointDir
-from ..config.schema import RunConfig
-from ..distributed.guard import StrategyGuard
-from ..distributed.strategy import after_training_arguments, shard_for_strategy, strategy_arguments
-from ..launch.environment import LaunchEnvironment
-from ..rundir import RunDir
-from ..telemetry.callback import Telemetry
-from ..tracking.session import Tracking
-from ..training_data.pipeline import TrainingData
-from .arguments import training_arguments
+from ...benchmarks import BenchmarkCallback
+from ...checkpoints.layout import CheckpointDir
+from ...config.schema import RunConfig
+from ...distributed.guard import StrategyGuard
+from ...distributed.strategy import after_training_arguments, shard_for_strategy, strategy_arguments
+from ...launch.environment import LaunchEnvironment
+from ...rundir import RunDir
+from ...telemetry.callback import Telemetry
+from ...tracking.session import Tracking
+from ...training_data.pipeline import TrainingData
+from ..data.global_batch_data import whole_global_batches
+from ..data.loss_tokens import LossTokenCount
+from ..lifecycle.arguments import training_arguments
+from ..lifecycle.logging_setup import quiet_trainer_dicts, verbose_logs
+from ..preference.preference_trainer import PreferenceSettings, PreferenceTrainer, reference_kind
 from .callbacks import MetricsFile, publish_scores, tensorboard_callback
-from .global_batch_data import whole_global_batches
 from .guarded_trainer import CheckpointSettings, GuardedTrainer
-from .logging_setup import quiet_trainer_dicts, verbose_logs
-from .loss_tokens import LossTokenCount
-from .preference_trainer import PreferenceSettings, PreferenceTrainer, reference_kind
 from .progress import ProgressLines, progress_bar_wanted
 from .stopping import RunGuard
 from .trainer_internals import internals_problems

@@ -12,18 +12,18 @@ import socket
 import sys
 from pathlib import Path
 
-from .signals import install_signal_handlers
+from ..trainer.signals import install_signal_handlers
 
 # First of all: SIGUSR1's default action ends the process, and the imports below take seconds.
 install_signal_handlers()
 
-from ..distributed.process_group import leave_process_group  # noqa: E402
-from ..doctor.startup import refuse_unfit_node  # noqa: E402
-from ..errors import UserError  # noqa: E402
-from ..launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
-from ..launch.exit_order import leave_in_order  # noqa: E402
-from ..resolve import load_run_dir_config  # noqa: E402
-from ..rundir import RunDir  # noqa: E402
+from ...distributed.process_group import leave_process_group  # noqa: E402
+from ...doctor.startup import refuse_unfit_node  # noqa: E402
+from ...errors import UserError  # noqa: E402
+from ...launch.environment import LaunchEnvironment, export_for_torch, launch_environment  # noqa: E402
+from ...launch.exit_order import leave_in_order  # noqa: E402
+from ...resolve import load_run_dir_config  # noqa: E402
+from ...rundir import RunDir  # noqa: E402
 from .logging_setup import setup_logging  # noqa: E402
 from .run import run_training  # noqa: E402
 
@@ -90,8 +90,8 @@ def describe(view: LaunchEnvironment) -> str:
 
 
 if __name__ == "__main__":
-    # Job scripts rendered before the entry table started workers as `python -m supertune.train.worker
+    # Job scripts rendered before the entry table started workers as `python -m supertune.train.lifecycle.worker
     # RUN_DIR`; a job of those requeued after an upgrade runs that line again and must still resume.
-    from ..entry import TRAIN_WORKER, main
+    from ...entry import TRAIN_WORKER, main
 
     sys.exit(main([TRAIN_WORKER, *sys.argv[1:]]))

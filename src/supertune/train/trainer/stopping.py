@@ -23,9 +23,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..checkpoints.faults import fault_point
-from ..errors import UserError
-from ..rundir import RunDir
+from ...checkpoints.faults import fault_point
+from ...errors import UserError
+from ...rundir import RunDir
 from .signals import received_signal
 
 __all__ = ["NonFiniteLoss", "RunGuard"]

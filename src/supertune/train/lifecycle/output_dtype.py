@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
-from ..rundir import write_json_atomic
-from ..weight_files.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_dtype, narrow, widen_into
-from ..weight_files.shard_writer import PlannedTensor, ShardWriter
-from ..weight_files.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
+from ...errors import UserError
+from ...rundir import write_json_atomic
+from ...weight_files.dtypes import AVERAGED, ITEM_SIZE, OUTPUT_DTYPES, accumulator_dtype, narrow, widen_into
+from ...weight_files.shard_writer import PlannedTensor, ShardWriter
+from ...weight_files.tensor_files import INDEX_SUFFIX, TensorFile, WeightFiles
 
 __all__ = ["cast_saved_model", "CONFIG_DTYPE_NAMES"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import UserError
+from ...errors import UserError
 
 __all__ = ["whole_global_batches"]
 

@@ -7,7 +7,7 @@
   (supertune.distributed.fsdp_checkpoint) in place of the Trainer's gathered files; the scheduler,
   RNG states and trainer state are the Trainer's, and publishing is the same.
 - A NaN/Inf loss or gradient norm is reported to the RunGuard, which stops every rank at that step.
-- The loss targets of every micro-batch are counted (supertune.train.loss_tokens) and recorded in
+- The loss targets of every micro-batch are counted (supertune.train.data.loss_tokens) and recorded in
   each checkpoint's manifest beside the tokens seen.
 """
 
@@ -21,12 +21,12 @@ from typing import Any
 
 from transformers import Trainer
 
-from ..checkpoints.faults import fault_point
-from ..checkpoints.layout import CheckpointDir
-from ..checkpoints.manifest import CheckpointManifest, file_digests, read_manifest
-from ..checkpoints.space import expected_checkpoint_bytes, space_problem
-from ..distributed.fsdp import deferred_gradient_reduction
-from ..distributed.fsdp_checkpoint import (
+from ...checkpoints.faults import fault_point
+from ...checkpoints.layout import CheckpointDir
+from ...checkpoints.manifest import CheckpointManifest, file_digests, read_manifest
+from ...checkpoints.space import expected_checkpoint_bytes, space_problem
+from ...distributed.fsdp import deferred_gradient_reduction
+from ...distributed.fsdp_checkpoint import (
     MODEL_DIR,
     is_sharded_checkpoint,
     load_sharded_model,
@@ -34,8 +34,8 @@ from ..distributed.fsdp_checkpoint import (
     save_sharded_model,
     save_sharded_optimizer,
 )
-from ..errors import UserError
-from .loss_tokens import LossTokenCount
+from ...errors import UserError
+from ..data.loss_tokens import LossTokenCount
 from .stopping import RunGuard
 
 __all__ = ["GuardedTrainer", "CheckpointSettings", "OPTIMIZER_FILE"]

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.objectives import OBJECTIVES
-from ..config.schema import RunConfig
-from ..evaluation.loss import token_mean_loss
-from ..launch.environment import LaunchEnvironment
-from ..training_data.pipeline import TrainingData, build_training_data
-from ..training_data.preference_data import build_preference_data
-from .preference_reference import attach_reference
-from .preference_trainer import reference_kind
+from ...config.objectives import OBJECTIVES
+from ...config.schema import RunConfig
+from ...evaluation.loss import token_mean_loss
+from ...launch.environment import LaunchEnvironment
+from ...training_data.pipeline import TrainingData, build_training_data
+from ...training_data.preference_data import build_preference_data
+from ..preference.preference_reference import attach_reference
+from ..preference.preference_trainer import reference_kind
 
 __all__ = ["build_run_data", "final_evaluation", "is_preference"]
 
