@@ -12,6 +12,13 @@
 #                          executor: streamflow); default: 1 when this script is run (bash
 #                          scripts/env.sh) or sourced by scripts/test.sh, 0 when sourced by
 #                          scripts/train-default.sh, whose run never uses it
+#   SUPERTUNE_PACKAGES=all|core  all: every pin of src/supertune/pinned-requirements.txt; core: the
+#                          pins of what a training run needs, leaving out those of pyproject.toml's
+#                          extras (test tools, DeepSpeed, W&B and MLflow, lm-evaluation-harness,
+#                          torchao), each of which supertune names in one line where a run asks for
+#                          it; default: all when this script is run or sourced by scripts/test.sh,
+#                          core when sourced by scripts/train-default.sh. A venv made with all
+#                          serves core too.
 #   bash scripts/env.sh --print    the build chosen, why, and the pip commands; nothing is run
 set -euo pipefail
 
@@ -30,6 +37,15 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 else
   STREAMFLOW="${SUPERTUNE_STREAMFLOW:-0}"
 fi
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  PACKAGES="${SUPERTUNE_PACKAGES:-all}"
+else
+  PACKAGES="${SUPERTUNE_PACKAGES:-core}"
+fi
+case "$PACKAGES" in
+  all | core) ;;
+  *) echo "supertune: SUPERTUNE_PACKAGES=$PACKAGES is not a choice; use all (every tested package) or core (what a training run needs)" >&2; exit 2 ;;
+esac
 SF_VENV="${SUPERTUNE_STREAMFLOW_VENV:-$ROOT/.venv-streamflow}"
 sf_pin="$(grep -oE '"streamflow==[^"]+"' "$ROOT/pyproject.toml" | tr -d '"')"
 
@@ -94,17 +110,33 @@ elif [ "$torch_build" = cpu ]; then
 else
   torch_args=("torch==$torch_version" --index-url "https://download.pytorch.org/whl/$torch_build")
 fi
+PINS="$ROOT/src/supertune/pinned-requirements.txt"
+# core: the pins without pyproject.toml's extras (read with tomllib, names compared as pip does).
+core_pins() {
+  "$PYTHON" - "$ROOT/pyproject.toml" "$PINS" <<'PY'
+import re, sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    extras = tomllib.load(f)["project"]["optional-dependencies"]
+def name(requirement):
+    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~\[;@ ]", requirement.strip(), maxsplit=1)[0]).lower()
+left_out = {name(r) for requirements in extras.values() for r in requirements}
+for line in open(sys.argv[2], encoding="utf-8"):
+    if line.strip() and not line.startswith("#") and name(line) not in left_out:
+        print(line.strip())
+PY
+}
+if [ "$PACKAGES" = all ]; then pins_args=(-r "$PINS"); else mapfile -t pins_args < <(core_pins); fi
 pip_cmd="$VENV/bin/python -m pip install"
 torch_install="$pip_cmd ${torch_args[*]}"
 [ ${#fallback_args[@]} -eq 0 ] || torch_install="$torch_install || $pip_cmd ${fallback_args[*]}"
 install_commands=(
   "$VENV/bin/python -m pip install --upgrade pip"
   "$torch_install"
-  "$pip_cmd -r $ROOT/src/supertune/pinned-requirements.txt"
+  "$pip_cmd ${pins_args[*]}"
   "$pip_cmd --no-deps -e $ROOT"
 )
 if [ "$PRINT_ONLY" = 1 ]; then
-  echo "supertune: PyTorch build $torch_build ($torch_why); venv $VENV"
+  echo "supertune: PyTorch build $torch_build ($torch_why); venv $VENV; packages: $PACKAGES"
   echo "$PYTHON -m venv $VENV"
   printf '%s\n' "${install_commands[@]}"
   if [ "$STREAMFLOW" != 0 ] && [ -n "$sf_pin" ]; then
@@ -132,9 +164,13 @@ else:
 PY
 }
 
-stamp_value="$(cat "$ROOT/src/supertune/pinned-requirements.txt" "$ROOT/pyproject.toml" <(echo "$torch_build") | sha256sum | cut -d' ' -f1)"
+# The stamp: the pins, pyproject.toml and the build; " core" after it when only the core was installed.
+stamp_value="$(cat "$PINS" "$ROOT/pyproject.toml" <(echo "$torch_build") | sha256sum | cut -d' ' -f1)"
 stamp_file="$VENV/.supertune-installed"
-if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_value" ]; then
+stamp_want="$stamp_value"
+[ "$PACKAGES" = all ] || stamp_want="$stamp_value core"
+stamp_had="$(cat "$stamp_file" 2>/dev/null || true)"
+if [ "$stamp_had" != "$stamp_value" ] && [ "$stamp_had" != "$stamp_want" ]; then
   # A venv goes into a new or empty directory, or updates one made before: never among other files
   # (SUPERTUNE_VENV=/project/p123 for /project/p123/supertune-venv would scatter bin/ and lib/ there).
   if [ -e "$VENV" ] && [ ! -d "$VENV" ]; then
@@ -167,9 +203,9 @@ if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_value" ]; then
     echo "supertune: asked for PyTorch build $torch_build ($torch_why), but pip installed $got into $VENV: pip's configuration offers another build first (pip config list); fix it, or name the build you want in SUPERTUNE_TORCH" >&2
     exit 1
   fi
-  "$VENV/bin/python" -m pip install --quiet -r "$ROOT/src/supertune/pinned-requirements.txt"
+  "$VENV/bin/python" -m pip install --quiet "${pins_args[@]}"
   "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT"
-  echo "$stamp_value" > "$stamp_file"
+  echo "$stamp_want" > "$stamp_file"
 fi
 
 # StreamFlow (the federation's `executor: streamflow`) gets a venv of its own, .venv-streamflow:

@@ -4,6 +4,8 @@
 set -euo pipefail
 # The StreamFlow federation tests need .venv-streamflow: env.sh makes it when asked.
 SUPERTUNE_STREAMFLOW="${SUPERTUNE_STREAMFLOW:-1}"
+# Every tested package: the tests use DeepSpeed, the trackers, lm-evaluation-harness, pytest.
+SUPERTUNE_PACKAGES="${SUPERTUNE_PACKAGES:-all}"
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 # The Slurm tests start a real test cluster (tests/cluster), the exchange tests an sshd; their packages come from Debian's.

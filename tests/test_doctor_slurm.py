@@ -58,35 +58,39 @@ TINY = [
 ]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
-def test_submit_preflight_runs_before_training_or_stops_the_job(
-    launcher: str, slurm_multi: SlurmCluster, tmp_path: Path
-) -> None:
+def _preflight_job(
+    slurm_multi: SlurmCluster, tmp_path: Path, launcher: str, name: str, gbps: str
+) -> tuple[Path, str, str]:
+    """A 2-node job of `launcher` whose pre-flight expects `gbps`: its run directory, state and log."""
     from slurm_fixtures import supertune
 
     config_dir = tmp_path / "config"
-    (config_dir / "clusters").mkdir(parents=True)
+    (config_dir / "clusters").mkdir(parents=True, exist_ok=True)
     # The two emulated nodes share this machine's cores: one thread per process.
     (config_dir / "clusters" / "local.yaml").write_text('env:\n  OMP_NUM_THREADS: "1"\n', encoding="utf-8")
     env = dict(slurm_multi.env, SUPERTUNE_CONFIG_DIR=str(config_dir))
-    common = ["submit", "--cluster", "local", "--nodes", "2", "--launcher", launcher, *TINY]
-
-    passing = tmp_path / "passing"
-    proc = supertune(*common, "--run-dir", str(passing), "--expect-gbps", "0.000001", env=env, cwd=tmp_path)
+    run_dir = tmp_path / name
+    proc = supertune("submit", "--cluster", "local", "--nodes", "2", "--launcher", launcher, *TINY,
+                     "--run-dir", str(run_dir), "--expect-gbps", gbps, env=env, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     job = int(proc.stdout)
-    state, log = slurm_multi.wait(job, timeout=300), _run_log(passing)
+    state = slurm_multi.wait(job, timeout=300)
+    return run_dir, state, _run_log(run_dir)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_submit_preflight_runs_before_training(launcher: str, slurm_multi: SlurmCluster, tmp_path: Path) -> None:
+    passing, state, log = _preflight_job(slurm_multi, tmp_path, launcher, "passing", "0.000001")
     assert state == "COMPLETED", log[-4000:]
     report = json.loads((passing / "preflight.json").read_text())
     assert report["exit_code"] == 0 and report["comm"]["world_size"] == 2 and report["comm"]["num_nodes"] == 2
     assert log.index("supertune doctor: node1, rank 0 of 2") < log.index("supertune: rank 0 of 2")  # before training
     assert (passing / "summary.json").is_file()
 
-    failing = tmp_path / "failing"
-    proc = supertune(*common, "--run-dir", str(failing), "--expect-gbps", "1000000", env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    job = int(proc.stdout)
-    state, log = slurm_multi.wait(job, timeout=300), _run_log(failing)
+
+def test_a_failed_preflight_stops_the_job_before_training(slurm_multi: SlurmCluster, tmp_path: Path) -> None:
+    """Under srun, whose tasks are the training's own: the first step of the job fails and no task trains."""
+    failing, state, log = _preflight_job(slurm_multi, tmp_path, "srun", "failing", "1000000")
     assert state == "FAILED", log[-4000:]
     assert "below --expect-gbps 1e+06" in log and "supertune: pre-flight failed: training not started" in log
     assert "supertune: rank 0 of 2" not in log and not (failing / "metrics.jsonl").exists()  # training never started

@@ -36,7 +36,7 @@ def test_a_gpu_build_comes_from_pytorchs_index(repo: Path, tmp_path: Path, build
     proc = _print(repo, tmp_path, SUPERTUNE_TORCH=build, SUPERTUNE_VENV="/project/p123/supertune-venv")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(
-        f"supertune: PyTorch build {build} (SUPERTUNE_TORCH={build}); venv /project/p123/supertune-venv\n"
+        f"supertune: PyTorch build {build} (SUPERTUNE_TORCH={build}); venv /project/p123/supertune-venv; packages: all\n"
     )
     assert (
         _pip_torch(proc.stdout)
@@ -208,7 +208,7 @@ def test_the_venv_never_goes_among_other_files(repo: Path, tmp_path: Path) -> No
         sorted(p.name for p in project.iterdir()) == ["notes.txt"] and (project / "notes.txt").read_text() == "mine\n"
     )
     proc = _print(repo, tmp_path, SUPERTUNE_VENV="venvs/st")
-    assert proc.returncode == 0 and f"; venv {tmp_path}/venvs/st\n" in proc.stdout
+    assert proc.returncode == 0 and f"; venv {tmp_path}/venvs/st; packages: all\n" in proc.stdout
 
 
 def test_print_names_the_streamflow_venv_unless_skipped(repo: Path, tmp_path: Path) -> None:
@@ -266,3 +266,59 @@ def test_the_default_run_does_not_make_the_streamflow_venv(repo: Path, tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: supertune train")
     assert not sf.exists(), proc.stderr
+
+
+def test_the_core_leaves_out_the_extras_and_the_tests_take_everything(repo: Path, tmp_path: Path) -> None:
+    """SUPERTUNE_PACKAGES=core installs the pins of what a training run needs: not those of
+    pyproject.toml's extras (pytest, DeepSpeed, W&B, MLflow, lm-evaluation-harness, torchao)."""
+    core = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu", SUPERTUNE_PACKAGES="core")
+    assert core.returncode == 0, core.stderr
+    [line] = [x for x in core.stdout.splitlines() if "pip install torch==2.13.0 transformers==" in x]
+    names = {pin.split("==")[0].lower() for pin in line.split("pip install ", 1)[1].split()}
+    assert {"torch", "transformers", "accelerate", "datasets", "peft", "safetensors", "matplotlib"} <= names
+    assert not names & {"pytest", "pytest-xdist", "ruff", "deepspeed", "wandb", "mlflow", "lm_eval", "torchao"}
+    everything = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu")
+    assert f"pip install -r {repo}/src/supertune/pinned-requirements.txt" in everything.stdout
+    wrong = _print(repo, tmp_path, SUPERTUNE_PACKAGES="most")
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith(
+        "supertune: SUPERTUNE_PACKAGES=most is not a choice; use all"
+    )
+
+
+def test_the_default_run_takes_a_core_venv_and_the_full_install_does_not(repo: Path, tmp_path: Path) -> None:
+    """A venv stamped for the core serves `bash scripts/train-default.sh` as it is, and so does one
+    stamped for everything; `bash scripts/env.sh` (every package) installs into the core one. The
+    venv's python is this test's, behind a wrapper that records and refuses any pip call."""
+    import hashlib
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    calls = tmp_path / "pip-calls"
+    python = venv / "bin" / "python"
+    python.write_text(
+        f'#!/bin/bash\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "$*" >> {calls}; exit 1; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    (venv / "bin" / "supertune").symlink_to(Path(sys.executable).parent / "supertune")
+    pins = (repo / "src" / "supertune" / "pinned-requirements.txt").read_bytes() + (
+        repo / "pyproject.toml"
+    ).read_bytes()
+    stamp = hashlib.sha256(pins + b"cpu\n").hexdigest()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERTUNE_") and k != "VIRTUAL_ENV"}
+    env.update(SUPERTUNE_VENV=str(venv), SUPERTUNE_TORCH="cpu", SUPERTUNE_STREAMFLOW="0")
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", *argv], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    for stamped in (f"{stamp} core", stamp):
+        (venv / ".supertune-installed").write_text(stamped + "\n")
+        proc = run(str(repo / "scripts" / "train-default.sh"), "--help")
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: supertune train"), proc.stderr
+        assert not calls.exists(), calls.read_text()
+    (venv / ".supertune-installed").write_text(f"{stamp} core\n")
+    proc = run(str(repo / "scripts" / "env.sh"))
+    assert proc.returncode != 0 and calls.is_file(), proc.stderr
+    assert "preparing" in proc.stderr and (venv / ".supertune-installed").read_text() == f"{stamp} core\n"

@@ -83,8 +83,9 @@ def test_a_resume_with_another_process_count_keeps_the_global_batch():
 
 @pytest.mark.slow
 def test_one_and_two_processes_train_the_same_steps(tmp_path):
-    """The same config, the same global batch of 16, at 1 process (8 x 2 accumulation) and 2 (8 x 1):
-    equal per-step losses (the reduction order alone may differ)."""
+    """The same config, the same global batch of 16, at 1 process (8 x 2 accumulation) and 2 (real
+    torchrun over gloo, 8 x 1): equal per-step losses and evaluation (the reduction order alone may
+    differ), the same tokens trained."""
     common = [
         "training.global_batch_size=16",
         "training.per_device_train_batch_size=8",
@@ -97,7 +98,7 @@ def test_one_and_two_processes_train_the_same_steps(tmp_path):
         "data.max_eval_samples=32",
         "output.save_model=false",
     ]
-    losses = {}
+    losses, summaries = {}, {}
     for nproc in (1, 2):
         run = tmp_path / f"nproc{nproc}"
         assert main(["train", "--run-dir", str(run), "--nproc", str(nproc), *common]) == 0
@@ -107,10 +108,13 @@ def test_one_and_two_processes_train_the_same_steps(tmp_path):
         assert (saved["per_device_train_batch_size"], saved["gradient_accumulation_steps"]) == (
             (8, 2) if nproc == 1 else (8, 1)
         )
-        assert json.loads((run / "summary.json").read_text())["world_size"] == nproc
+        summaries[nproc] = json.loads((run / "summary.json").read_text())
+        assert summaries[nproc]["world_size"] == nproc
     assert sorted(losses[1]) == sorted(losses[2]) == [1, 2, 3, 4, 5]
     worst = max(abs(losses[1][s] - losses[2][s]) for s in losses[1])
     assert worst <= 1e-4, (worst, losses)
+    assert summaries[1]["train_tokens"] == summaries[2]["train_tokens"]
+    assert abs(summaries[1]["eval_loss"] - summaries[2]["eval_loss"]) <= 1e-4
 
 
 def test_an_epoch_is_cut_to_whole_global_batches():

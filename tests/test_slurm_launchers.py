@@ -1,10 +1,14 @@
-"""Every launcher through real `supertune submit --cluster local` on the Slurm test clusters: 1 node x
-2 processes and 2 nodes x 1 process, each a DDP run of the tiny default model whose per-step losses
+"""Every launcher through real `supertune submit --cluster local` on the Slurm test clusters: 2 nodes
+x 1 process each, and 1 node x 2 processes for the launchers whose one-node start differs from their
+two-node one (accelerate, deepspeed), each a DDP run of the tiny default model whose per-step losses
 and final eval loss must equal a local `supertune train --nproc 2` run's at the same global batch.
+torchrun and srun on one node with two processes are the jobs of tests/test_slurm_strategies.py and
+of the two-site recipe's Leonardo site (tests/recipes/test_recipe_two_site_llama.py).
 
-FSDP's hybrid sharding runs on the two nodes (2 x 2 processes) under torchrun and srun, against
-the same local run. All ten jobs are submitted at once (each cluster runs its own queue, one job at a time on its 2
-CPUs) and shared by the tests below through one module-scoped fixture.
+FSDP's hybrid sharding runs on the two nodes (2 x 2 processes) under torchrun against a local
+4-process run (under srun: the recipe's Karolina site). All eight jobs are submitted at once (each
+cluster runs its own queue, one job at a time on its 2 CPUs) and shared by the tests below through
+one module-scoped fixture.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from slurm_fixtures import supertune
 
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")
 TOPOLOGIES = {"1x2": (1, 2), "2x1": (2, 1)}  # nodes x processes per node: world size 2 either way
+# One node, two processes under torchrun and srun: jobs of other test files (the module docstring).
+COVERED_ELSEWHERE = {("torchrun", "1x2"), ("srun", "1x2")}
 # The smallest run that still proves it: one decoder layer, 8 logged steps, a short evaluation.
 # Global batch 2 x 8 = 16 sequences everywhere.
 COMMON = [
@@ -52,7 +58,7 @@ HYBRID = {
         "distributed.fsdp.sharding=hybrid",
         *HYBRID_SPLIT,
     ]
-    for launcher in ("torchrun", "srun")
+    for launcher in ("torchrun",)
 }
 TOLERANCE = 1e-4  # DDP: same data, same seeds, only the reduction order may differ
 FSDP_TOLERANCE = 1e-5  # fp32 FSDP against DDP at the same split, as tests/test_fsdp.py holds every mode
@@ -116,6 +122,7 @@ def runs(
         )
         for topology, (nodes, procs) in TOPOLOGIES.items()
         for launcher in LAUNCHERS
+        if (launcher, topology) not in COVERED_ELSEWHERE
     }
     jobs.update({key: (slurm_multi, 2, args) for key, args in HYBRID.items()})
     submitted: dict[str, tuple[SlurmCluster, int, Path, float]] = {}
@@ -173,7 +180,12 @@ def _run_seconds(runtime: str) -> float:
     return (int(days or 0) * 24 + h) * 3600 + m * 60 + s
 
 
-JOBS = [f"{launcher}-{topology}" for topology in TOPOLOGIES for launcher in LAUNCHERS]
+JOBS = [
+    f"{launcher}-{topology}"
+    for topology in TOPOLOGIES
+    for launcher in LAUNCHERS
+    if (launcher, topology) not in COVERED_ELSEWHERE
+]
 
 
 @pytest.mark.parametrize("key", JOBS)

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from ..launch.environment import LaunchEnvironment
 
-__all__ = ["start_deepspeed_process", "correct_accelerate_state"]
+__all__ = ["start_deepspeed_process", "correct_accelerate_state", "leave_deepspeed_unimported"]
 
 
 def start_deepspeed_process(env: LaunchEnvironment, timeout_s: int) -> None:
@@ -92,3 +92,20 @@ def correct_accelerate_state(env: LaunchEnvironment) -> None:
     state.num_processes = dist.get_world_size()
     state.process_index = dist.get_rank()
     state.local_process_index = env.local_rank
+
+
+def leave_deepspeed_unimported() -> None:
+    """For a run that is not DeepSpeed: keep the Trainer from importing DeepSpeed to no purpose.
+
+    accelerate's `extract_model_from_parallel` (called by every Trainer, from its constructor on)
+    imports deepspeed whenever the package is installed, to test whether the model is wrapped in a
+    DeepSpeedEngine, and DeepSpeed's autotuner imports MLflow with it: seconds of every DDP or FSDP
+    process's start (and of every `supertune eval`) for an engine such a run never has. The
+    availability check that function reads, in accelerate's `utils.other` only, says no; everything
+    else still sees the package. Costs: it leans on accelerate's module layout (pinned), and
+    tests/test_trainer_internals.py fails if the check moves and the import comes back.
+    """
+    import accelerate.utils.other as other
+
+    if hasattr(other, "is_deepspeed_available"):
+        other.is_deepspeed_available = lambda: False

@@ -14,7 +14,7 @@ from ..config.schema import RunConfig
 from ..launch.environment import LaunchEnvironment
 from ..rundir import RunDir, write_json_atomic
 from .deepspeed_json import ZERO_STAGES, deepspeed_config
-from .deepspeed_runtime import correct_accelerate_state, start_deepspeed_process
+from .deepspeed_runtime import correct_accelerate_state, leave_deepspeed_unimported, start_deepspeed_process
 from .fsdp import shard_model
 from .process_group import join_restarted_group
 
@@ -69,6 +69,9 @@ def strategy_arguments(cfg: RunConfig, run: RunDir, env: LaunchEnvironment) -> d
 
 
 def after_training_arguments(cfg: RunConfig, env: LaunchEnvironment) -> None:
-    """Between TrainingArguments and the Trainer: repair what accelerate records for DeepSpeed on CPU."""
+    """Between TrainingArguments and the Trainer: repair what accelerate records for DeepSpeed on CPU;
+    without DeepSpeed, keep the Trainer from importing it."""
     if uses_deepspeed(cfg):
         correct_accelerate_state(env)
+    else:
+        leave_deepspeed_unimported()

@@ -27,8 +27,8 @@ def setup_logging() -> None:
 
     rank = launch_environment().rank
     if not verbose_logs():
-        # DeepSpeed's logger is made when accelerate imports it (to recognise a DeepSpeed engine),
-        # even in a run without DeepSpeed; its filters are kept from here on.
+        # DeepSpeed's logger is made when it is imported (a DeepSpeed run, or a library that imports
+        # it to recognise its engine); its filters are kept from here on.
         for name, start in SILENCED.items():
             logging.getLogger(name).addFilter(_DropStartingWith(start))
     level = logging.INFO if rank == 0 else logging.WARNING
