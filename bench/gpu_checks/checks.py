@@ -9,20 +9,24 @@ as not run, never silently dropped.
 
 from __future__ import annotations
 
-import json
-import re
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .figures import (
+    importable,
+    last_json,
+    logged_parameters,
+    max_weight_difference,
+    read_json,
+    reload_matches,
+    saved_dtype,
+    sharded_checkpoint,
+    throughput_figures,
+)
 from .runs import Done, Runner, eval_loss, summary
-
-# ~1 B parameters with the embedded ~1,540-token vocabulary: 20 layers x (4 h^2 attention +
-# 3 h x 5632 MLP) at h = 2048 is 1.007 B; block 2048, batch 4 (8,192 tokens a step).
-LLAMA_1B = "hidden_size=2048,intermediate_size=5632,num_hidden_layers=20,num_attention_heads=16,num_key_value_heads=16,max_position_embeddings=2048"
-TINY_FROM_CONFIG = "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=2,num_key_value_heads=2,max_position_embeddings=256"
+from .sizes import DRY, GPU, Sizes
 
 
 @dataclass
@@ -33,60 +37,6 @@ class Row:
     figures: dict[str, object] = field(default_factory=dict)
     note: str = ""
     command: str = ""
-
-
-@dataclass
-class Sizes:
-    """The numbers that differ between a GPU run and the dry run."""
-
-    quick: list[str]  # added to the embedded-default, FSDP, ZeRO and kill-and-resume runs
-    steps: int  # throughput and attention runs
-    model: str  # config_overrides of the throughput model
-    block: int
-    batch: int
-    save_steps: int  # ZeRO runs: a checkpoint every save_steps of 2 x save_steps
-    bf16_tolerance: float
-    zero_precision: list[str]  # transformers refuses DeepSpeed in bf16 without a GPU
-    evaluation: list[str]  # added to every run that evaluates (the reload's `supertune eval` reads the run's settings)
-    resume: tuple[int, int, int]  # kill and resume: steps, a checkpoint every N, SIGKILL at step
-    memory_most: int  # the memory check: the largest per-device batch tried (0: not run)
-
-
-GPU = Sizes(
-    quick=[],
-    steps=20,
-    model=LLAMA_1B,
-    block=2048,
-    batch=4,
-    save_steps=10,
-    bf16_tolerance=1e-2,
-    zero_precision=["training.bf16=true"],
-    evaluation=[],
-    resume=(12, 4, 6),
-    memory_most=64,
-)
-DRY = Sizes(
-    # A quarter of the default's batch: on CPU, bf16 autocast steps of 16 sequences took 9 s each
-    # under load, and the dry run checks code paths, not numbers.
-    quick=["training.max_steps=4", "training.per_device_train_batch_size=4", "generate.max_new_tokens=4"],
-    steps=4,
-    model=TINY_FROM_CONFIG,
-    block=128,
-    batch=2,
-    save_steps=2,
-    bf16_tolerance=1e-2,
-    zero_precision=[],
-    # The whole validation split is 251 sequences, evaluated by 9 of the dry run's processes (each
-    # reload too); 32 of them prove the path.
-    evaluation=["data.max_eval_samples=32"],
-    # Half the GPU form's steps: bf16 autocast steps are slow on CPU, and at 12 + 6 + 8 steps the
-    # check's three runs took half of the dry run's time; at 6 + 3 + 4 the run still resumes from a
-    # checkpoint written before the kill.
-    resume=(6, 2, 3),
-    # Filling a CPU's memory proves nothing about a GPU's and would take minutes; the search itself
-    # is tested with a stand-in for the runs (tests/test_gpu_checklist.py).
-    memory_most=0,
-)
 
 
 def _cmd(done: Done) -> str:
@@ -126,7 +76,7 @@ class Checklist:
         """`supertune eval` of the saved model (plain from_pretrained) against the run's own eval loss."""
         done = self.runner.supertune(f"{name}-eval", "eval", str(run_dir / "model"), cap=180)
         loss = eval_loss(done)
-        figures: dict[str, object] = {"reloaded eval loss": loss, "saved dtype": _saved_dtype(run_dir / "model")}
+        figures: dict[str, object] = {"reloaded eval loss": loss, "saved dtype": saved_dtype(run_dir / "model")}
         if loss is not None and isinstance(s.get("eval_loss"), (int, float)):
             figures["|reload - run|"] = abs(loss - float(s["eval_loss"]))
         else:
@@ -200,19 +150,19 @@ class Checklist:
             "device": device,
             "wrapper": sharded.get("wrapper"),
             "mesh": sharded.get("mesh"),
-            "sharded checkpoint": _sharded_checkpoint(run_dir),
+            "sharded checkpoint": sharded_checkpoint(run_dir),
             "eval loss": s.get("eval_loss"),
         }
         if done.ok:
             figures.update(self._reload(name, run_dir, s))
-        good = on_gpu and _reload_matches(figures) and bool(figures["sharded checkpoint"])
+        good = on_gpu and reload_matches(figures) and bool(figures["sharded checkpoint"])
         self._add_run("FSDP --nproc 1", variant, done, good, figures)
 
     # --- 3. DeepSpeed ZeRO ---------------------------------------------------------------------
 
     def zero(self, stage: int, offload: str) -> None:
         variant = f"ZeRO-{stage}, {'bf16' if self.sizes.zero_precision else 'fp32'}, offload {offload}"
-        if not _importable("deepspeed", self.runner.env):
+        if not importable("deepspeed", self.runner.env):
             self.rows.append(Row("DeepSpeed", variant, "not installed", note="deepspeed is not importable"))
             return
         if self._skip("DeepSpeed", variant, 90):
@@ -243,7 +193,7 @@ class Checklist:
         if done.ok:
             figures.update(self._reload(name, run_dir, s))
         self._add_run(
-            "DeepSpeed", variant, done, on_gpu and _reload_matches(figures) and bool(figures["checkpoint"]), figures
+            "DeepSpeed", variant, done, on_gpu and reload_matches(figures) and bool(figures["checkpoint"]), figures
         )
 
     # --- 4. kill and resume --------------------------------------------------------------------
@@ -282,7 +232,7 @@ class Checklist:
         status = "FAILED"
         note = ""
         if reference.ok and resumed.ok and killed.returncode == -signal.SIGKILL:
-            diff = _max_weight_difference(ref_dir / "model", resumed_dir / "model", self.runner.env)
+            diff = max_weight_difference(ref_dir / "model", resumed_dir / "model", self.runner.env)
             figures["max |w_resumed - w_uninterrupted|"] = diff
             if isinstance(diff, float):
                 status = "ok" if diff <= self.sizes.bf16_tolerance else "differs"
@@ -341,9 +291,9 @@ class Checklist:
         name = f"supertune-{speed}" + ("-documents" if documents else "") + ("-float8" if float8 else "")
         done, run_dir = self.runner.train(f"throughput-{name}", overrides, cap=420)
         s = summary(run_dir)
-        s = {**s, "parameters": _logged_parameters(done)} if s else s
+        s = {**s, "parameters": logged_parameters(done)} if s else s
         self.throughput_runs["supertune" if name == "supertune-auto" else name] = s
-        figures = _throughput_figures(s)
+        figures = throughput_figures(s)
         figures["parameters"] = s.get("parameters")
         figures["speed-ups taken"] = ", ".join((s.get("speed") or {}).get("taken", [])) or "none"
         auto = self.throughput_runs.get("supertune", {})
@@ -378,7 +328,7 @@ class Checklist:
         if bf16:
             argv.append("--bf16")
         done = self.runner.run(out.name, argv, cap=600)
-        result = _read_json(out / "result.json")
+        result = read_json(out / "result.json")
         flops = self.throughput_runs.get("supertune", {})
         figures: dict[str, object] = {
             "tokens/s": result.get("tokens_per_s"),
@@ -411,7 +361,7 @@ class Checklist:
         )
 
     def attention(self, attn: str) -> None:
-        if attn == "flash_attention_2" and not _importable("flash_attn", self.runner.env):
+        if attn == "flash_attention_2" and not importable("flash_attn", self.runner.env):
             self.rows.append(
                 Row("attention", attn, "not installed", note="the flash_attn package is not installed on this machine")
             )
@@ -421,7 +371,7 @@ class Checklist:
         done, run_dir = self.runner.train(f"attention-{attn}", self._throughput_overrides(attn), cap=420)
         s = summary(run_dir)
         base = self.throughput_runs.get("supertune", {})
-        figures = _throughput_figures(s)
+        figures = throughput_figures(s)
         if s.get("train_loss") is not None and base.get("train_loss") is not None:
             figures["|train loss - sdpa's|"] = abs(s["train_loss"] - base["train_loss"])
         if s.get("throughput_tokens_per_s") and base.get("throughput_tokens_per_s"):
@@ -436,7 +386,7 @@ class Checklist:
         if self._skip("doctor", "doctor --json", 30):
             return
         done = self.runner.supertune("doctor", "doctor", "--json", cap=120)
-        report = _last_json(done.log)
+        report = last_json(done.log)
         checks = [c for c in report.get("checks", []) if isinstance(c, dict)]
         figures: dict[str, object] = {
             "failed": {c.get("name"): c.get("evidence") for c in checks if c.get("verdict") == "fail"},
@@ -445,95 +395,6 @@ class Checklist:
         }
         status = "ok" if done.returncode == 0 and report else "FAILED"  # 1: a check failed, listed in the figures
         self.rows.append(Row("doctor", "doctor --json", status, figures, "" if report else done.why(), _cmd(done)))
-
-
-def _reload_matches(figures: dict[str, object]) -> bool:
-    """The reloaded model's eval loss within 0.05 of the run's (bf16/fp16 output rounds the weights)."""
-    difference = figures.get("|reload - run|")
-    return isinstance(difference, float) and difference <= 0.05
-
-
-def _sharded_checkpoint(run_dir: Path) -> str | None:
-    """The latest checkpoint's name when it holds FSDP's per-rank model shards (fsdp_model/), else None."""
-    latest = run_dir / "checkpoints" / "latest"
-    if not latest.is_file():
-        return None
-    name = latest.read_text().strip()
-    return name if (run_dir / "checkpoints" / name / "fsdp_model").is_dir() else None
-
-
-def _throughput_figures(s: dict) -> dict[str, object]:
-    return {
-        "tokens/s": s.get("throughput_tokens_per_s"),
-        "MFU": s.get("mfu"),
-        "peak GPU memory GB": s.get("peak_device_memory_gb"),
-        "train loss": s.get("train_loss"),
-    }
-
-
-PARAMETERS_LINE = re.compile(r"model ([0-9.]+)M parameters")
-
-
-def _logged_parameters(done: Done) -> int | None:
-    """The parameter count the run logged (millions, two decimals), as an integer to compare."""
-    text = done.log.read_text(encoding="utf-8", errors="replace") if done.log.exists() else ""
-    found = PARAMETERS_LINE.findall(text)
-    return int(round(float(found[-1]) * 1e6, -4)) if found else None
-
-
-def _importable(module: str, env: dict[str, str]) -> bool:
-    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
-
-
-def _saved_dtype(model_dir: Path) -> str | None:
-    """The dtype of the first tensor of the saved model, read from the safetensors header."""
-    for path in sorted(model_dir.glob("*.safetensors")):
-        with path.open("rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                return entry["dtype"]
-    return None
-
-
-def _max_weight_difference(a: Path, b: Path, env: dict[str, str]) -> float | str:
-    """Largest absolute difference between two saved models, in a child (the parent need not import torch)."""
-    probe = (
-        "import sys, glob, torch\n"
-        "from safetensors.torch import load_file\n"
-        "def load(d):\n"
-        "    out = {}\n"
-        "    for p in sorted(glob.glob(d + '/*.safetensors')): out.update(load_file(p))\n"
-        "    return out\n"
-        "x, y = load(sys.argv[1]), load(sys.argv[2])\n"
-        "assert x.keys() == y.keys(), 'different tensor names'\n"
-        "print(max((x[k].float() - y[k].float()).abs().max().item() for k in x))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(a), str(b)], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        return "compare failed: " + done.stderr.strip()[-200:]
-    return float(done.stdout.strip())
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def _last_json(log: Path) -> dict:
-    """The JSON object a `--json` command printed (the log also holds the command line)."""
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-    start = text.find("\n{")
-    if start < 0:
-        return {}
-    try:
-        return json.loads(text[start + 1 :])
-    except ValueError:
-        return {}
 
 
 __all__ = ["DRY", "GPU", "Checklist", "Row"]
