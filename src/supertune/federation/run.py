@@ -73,7 +73,12 @@ def federate(
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
-    run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
+    if fed.mode == "buffered":
+        from .rounds.buffered import run_buffered
+
+        run_buffered(active, plans, root, start_executor(active, root), everyone=fed)
+    else:
+        run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
     return root
 
 
@@ -204,4 +209,8 @@ def federation_status(directory: str) -> str:
     fed, resumed = load_federation(directory)
     if resumed is None:
         raise UserError(f"--status: {directory!r} is not a federation directory (no federation.yaml)")
+    if fed.mode == "buffered":
+        from .reports.buffered_table import buffered_table_markdown
+
+        return buffered_table_markdown(fed, FederationDir(resumed))
     return table_markdown(fed, FederationDir(resumed))
