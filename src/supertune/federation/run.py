@@ -55,6 +55,8 @@ def federate(
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
     if drop:
         drop_sites(fed, root, drop)
+    if skip and fed.mode == "buffered":
+        raise UserError("--skip-site: mode: buffered has no round to leave a site out of; use --drop to stop a site")
     if skip:
         from .rounds.quorum import skip_sites
 

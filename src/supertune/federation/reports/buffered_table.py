@@ -13,7 +13,7 @@ from ..config.staleness import STALENESS
 from ..state.layout import FederationDir
 from ..state.receipts import read_arrival, read_published, read_receipt, read_task
 from ..state.records import Arrival
-from .table import _history, _num, base_losses
+from .table import base_losses, history_lines, number_cell
 
 __all__ = ["buffered_table", "buffered_table_markdown", "write_buffered_table"]
 
@@ -84,7 +84,7 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         f"(kind {kind.name}, a = {a.staleness.a:g}, b = {a.staleness.b:g}); u: versions the site's starting model "
         f"was behind; changes staler than {limit} are dropped.",
         "",
-        "base model: " + ", ".join(f"{name} {_num(loss)}" for name, loss in t["base"].items()),
+        "base model: " + ", ".join(f"{name} {number_cell(loss)}" for name, loss in t["base"].items()),
         "",
         "| version | arrival | site | task | from version | staleness | tokens | weight | share | local loss |",
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -94,7 +94,7 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         trained = read_receipt(root.task(r["site"], r["task"]).trained) or {}
         lines.append(
             f"| {into} | {r['number']} | {r['site']} | {r['task']} | {r['base_version']} | {r['staleness']} | "
-            f"{r['tokens']:,} | {r['weight']:,.1f} | {_num(r['share'])} | {_num(trained.get('eval_loss'))} |"
+            f"{r['tokens']:,} | {r['weight']:,.1f} | {number_cell(r['share'])} | {number_cell(trained.get('eval_loss'))} |"
         )
     lines += [
         "",
@@ -105,10 +105,10 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         training = "-" if s["training_from"] is None else str(s["training_from"])
         behind = "-" if s["behind"] is None else str(s["behind"])
         lines.append(
-            f"| {s['site']} | {s['contributions']} | {s['dropped']} | {s['tokens']:,} | {_num(s['mean_staleness'])} | "
-            f"{training} | {behind} | {_num(s['last_version_loss'])} |"
+            f"| {s['site']} | {s['contributions']} | {s['dropped']} | {s['tokens']:,} | {number_cell(s['mean_staleness'])} | "
+            f"{training} | {behind} | {number_cell(s['last_version_loss'])} |"
         )
-    return "\n".join(lines + _history(fed, root)) + "\n"
+    return "\n".join(lines + history_lines(fed, root)) + "\n"
 
 
 def write_buffered_table(fed: FederationConfig, root: FederationDir) -> None:
