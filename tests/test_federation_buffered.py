@@ -2,8 +2,8 @@
 them 3x slower (three times the steps of the others per change, real work, no sleep). The fast sites
 contribute more changes, the slow one's are staler, every arrival's weight is tokens x s(u) by the
 formula, every version is the record's arrivals K at a time, the last version beats the base model on
-every site, and a coordinator SIGKILLed while publishing resumes and publishes byte-identical versions
-from the recorded arrivals.
+every site, and a coordinator SIGKILLed while averaging, while publishing or while taking a change
+resumes and publishes byte-identical versions from the recorded arrivals.
 
 Three training processes at once on a small shared machine: each change costs a process start (tens
 of seconds here) plus its steps, so this is one of the suite's slow tests (a few minutes)."""
@@ -142,25 +142,35 @@ def test_the_last_version_beats_the_base_model_on_every_site(buffered: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_coordinator_killed_while_publishing_publishes_the_same_versions(buffered: Path) -> None:
-    """The record decides: with the arrivals recorded and the versions gone, the coordinator is killed in
-    the middle of an average and again between a version and its receipt; resumed, it publishes every
-    version byte for byte as the uninterrupted run did, training nothing."""
+def test_a_coordinator_killed_anywhere_publishes_the_same_versions(buffered: Path) -> None:
+    """The record decides: with the versions gone and the last change's arrival receipt too (as if the
+    coordinator had died between taking it and recording it), the coordinator is killed in the middle
+    of an average, between a version and its receipt, and between taking that change and its receipt;
+    resumed, it takes the change again, onto the same version, and publishes every version byte for
+    byte as the uninterrupted run did, training nothing."""
     before = _version_files(buffered)
     assert len(before) == 2 * VERSIONS  # model and momentum of each version
+    last = buffered / "arrivals" / f"arrival-{VERSIONS * K:06d}.json"
+    recorded = json.loads(last.read_text())
+    last.unlink()
     for n in range(1, VERSIONS + 1):
         shutil.rmtree(buffered / f"round-{n:03d}" / "global")
         (buffered / f"round-{n:03d}" / "published.json").unlink()
     for evaluated in (buffered / f"round-{VERSIONS:03d}").glob("*/evaluated.json"):
         evaluated.unlink()
     tasks = sorted(p.name for p in (buffered / "buffered").glob("*/task-*"))
-    for fault in ("average.tensor@3", "federation.published@2"):
+    for fault in ("average.tensor@3", "federation.published@2", f"federation.arrival@{VERSIONS * K}"):
         killed = _federate(str(buffered), env={"SUPERTUNE_FAULT": fault})
         assert killed.returncode == -9, fault + killed.stderr[-2000:]
-    assert (buffered / "round-001" / "published.json").is_file()
-    assert not (buffered / "round-002" / "published.json").is_file() and (buffered / "round-002" / "global").is_dir()
+        if fault.startswith("federation.published"):
+            assert (buffered / "round-001" / "published.json").is_file()
+            assert not (buffered / "round-002" / "published.json").is_file()
+            assert (buffered / "round-002" / "global").is_dir()
+    assert not last.exists() and (buffered / f"round-{VERSIONS - 1:03d}" / "published.json").is_file()
     resumed = _federate(str(buffered))
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "training here" not in resumed.stderr  # every version came from the recorded arrivals
+    assert "training here" not in resumed.stderr  # every version came from the recorded changes
     assert sorted(p.name for p in (buffered / "buffered").glob("*/task-*")) == tasks
+    again = json.loads(last.read_text())
+    assert {k: v for k, v in again.items() if k != "unix"} == {k: v for k, v in recorded.items() if k != "unix"}
     assert _version_files(buffered) == before
