@@ -172,3 +172,18 @@ def test_the_buffer_groups_the_changes_not_dropped_k_at_a_time(tmp_path: Path) -
     buffer = VersionBuffer(fed, root, tmp_path / "base")
     assert [[a.number for a in g] for g in buffer.groups()] == [[1, 2], [4, 5], [6]]
     assert buffer.published == 0 and buffer.contributed("a") == {1, 2, 3, 4, 5, 6}
+
+
+def test_plan_and_skip_site_are_refused_in_one_line(tmp_path: Path) -> None:
+    from supertune.federation.config.load import federation_text
+    from supertune.federation.run import federate, federation_cost_plan
+
+    path = _write(tmp_path)
+    with pytest.raises(UserError, match=r"^--plan: .*mode: buffered"):
+        federation_cost_plan(str(path), None)
+    fed_dir = tmp_path / "fed"
+    fed_dir.mkdir()
+    (fed_dir / "federation.yaml").write_text(federation_text(load_federation(path)[0]), encoding="utf-8")
+    with pytest.raises(UserError, match=r"^--skip-site: mode: buffered") as refused:
+        federate(str(fed_dir), None, skip=["a"])
+    assert "\n" not in str(refused.value)

@@ -76,13 +76,17 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     t = buffered_table(fed, root)
     a = fed.aggregation
     kind = STALENESS[a.staleness.kind]
-    limit = "none" if a.max_staleness is None else str(a.max_staleness)
+    limit = (
+        "no change is dropped"
+        if a.max_staleness is None
+        else f"changes more than {a.max_staleness} versions behind are dropped"
+    )
     lines = [
         f"# Federation {fed.name}: {t['published']} of {fed.rounds} versions (mode: buffered)",
         "",
         f"Each version averages K = {a.buffer_size} changes, weighted by {a.weights} x s(u), {kind.formula} "
         f"(kind {kind.name}, a = {a.staleness.a:g}, b = {a.staleness.b:g}); u: versions the site's starting model "
-        f"was behind; changes staler than {limit} are dropped.",
+        f"was behind; {limit} (aggregation.max_staleness).",
         "",
         "base model: " + ", ".join(f"{name} {number_cell(loss)}" for name, loss in t["base"].items()),
         "",
