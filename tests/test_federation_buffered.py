@@ -17,8 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from safetensors.numpy import load_file
 
 from supertune.federation.config.default import site_corpus
 from supertune.federation.config.staleness import staleness_weight
@@ -126,6 +128,36 @@ def test_each_version_is_the_records_arrivals_k_at_a_time(buffered: Path) -> Non
         manifest = json.loads((buffered / f"round-{n:03d}" / "global" / "supertune-average.json").read_text())
         assert [i["directory"] for i in manifest["inputs"]] == [a["sent"] for a in group]
         assert (buffered / f"round-{n:03d}" / "global" / "server-momentum.safetensors").is_file()
+
+
+def _weights(directory: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for f in sorted(directory.glob("model*.safetensors")):
+        out.update({k: v.astype(np.float64) for k, v in load_file(f).items()})
+    return out
+
+
+@pytest.mark.slow
+def test_each_version_applies_its_changes_to_the_newest_one_with_server_momentum(buffered: Path) -> None:
+    """v_n = v_(n-1) + m_n, m_n = 0.5 m_(n-1) + sum_i share_i (site model_i - v_(base_i)): each change is
+    taken from the version its site started from and added to the newest (fedavgm, momentum 0.5)."""
+    arrivals = {a["number"]: a for a in _arrivals(buffered)}
+    versions = [_weights(buffered / "round-000" / "global")]
+    momentum: dict[str, np.ndarray] = {}
+    for n in range(1, VERSIONS + 1):
+        published = json.loads((buffered / f"round-{n:03d}" / "published.json").read_text())
+        change = {k: np.zeros_like(v) for k, v in versions[-1].items()}
+        for number, share in zip(published["arrivals"], published["weights"]):
+            a = arrivals[number]
+            site, base = _weights(Path(a["checkpoint"])), versions[a["base_version"]]
+            for k in change:
+                change[k] += share * (site[k] - base[k])
+        momentum = {k: 0.5 * momentum.get(k, 0.0) + change[k] for k in change}
+        expected = {k: versions[-1][k] + momentum[k] for k in change}
+        got = _weights(buffered / f"round-{n:03d}" / "global")
+        assert got.keys() == expected.keys()
+        assert max(float(np.max(np.abs(got[k] - expected[k]))) for k in got) < 1e-5, n
+        versions.append(got)
 
 
 @pytest.mark.slow
