@@ -38,6 +38,8 @@ def federate(
     from .state.history import active_federation, drop_sites, first_unfinished_round, record_failure
 
     fed, resumed = load_federation(path)
+    if skip and fed.mode == "buffered":
+        raise UserError("--skip-site: mode: buffered has no round to leave a site out of; use --drop to stop a site")
     root = federation_dir(fed, resumed, explicit_dir)
     text = federation_text(fed)
     if root.config.is_file():
@@ -55,8 +57,6 @@ def federate(
         log.info("federation %s: %d sites, %d rounds, in %s", fed.name, len(fed.sites), fed.rounds, root.path)
     if drop:
         drop_sites(fed, root, drop)
-    if skip and fed.mode == "buffered":
-        raise UserError("--skip-site: mode: buffered has no round to leave a site out of; use --drop to stop a site")
     if skip:
         from .rounds.quorum import skip_sites
 
