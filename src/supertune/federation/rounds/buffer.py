@@ -11,9 +11,10 @@ every version that is due, byte for byte what it would have published, and only 
 changes.
 
 A change travels as a transfer package of the site's checkpoint minus the version it started from
-(lossless for float32 weights), and the average reads the packages with that delta added to the
-newest version (averaging's `rebase`): the server optimizer of synchronous rounds, with its state
-kept beside each version, then moves the global model by the weighted mean change.
+(codec same: stored in the weights' own dtype, not quantised), and the average reads the packages
+with that change added to the newest version (averaging's `rebase`): the server optimizer of
+synchronous rounds, with its state kept beside each version, then moves the global model by the
+weighted mean change.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class VersionBuffer:
         return float(count)
 
     def _pack(self, trained: TrainedReceipt, task: int, base_version: int, sent: Path) -> None:
-        """The site's change from its starting version, as a lossless transfer package (made once)."""
+        """The site's change from its starting version, as a transfer package in the weights' own dtype (made once)."""
         from ...averaging.inputs import cached_digest, resolve_input
         from ...transfer import PACKAGE_MANIFEST, Codec, write_package
 
