@@ -53,6 +53,7 @@ def average_checkpoints(
     report: Callable[[str], None] | None = None,
     minimum_inputs: int = 2,
     delta_base: str | Path | None = None,
+    rebase: bool = False,
 ) -> AverageManifest:
     """Average `inputs` (run directories, checkpoints, model or adapter directories) into `out_dir`.
 
@@ -60,12 +61,13 @@ def average_checkpoints(
     each tensor's dtype, else "bf16", "fp16" or "fp32". merge_base: LoRA adapter inputs are merged
     into this base model first and the merged models averaged. server: a FedAvgM step from a
     previous global model. minimum_inputs: 1 only for a federation's round with one site left. delta_base:
-    the model transfer packages that hold a change were taken from. Raises UserError, having written nothing, for every input that cannot
+    the model transfer packages that hold a change were taken from; with rebase, the model their changes
+    are added to, whichever they were taken from (a buffered federation's stale changes). Raises UserError, having written nothing, for every input that cannot
     be averaged; returns the manifest written into the output.
     """
     started = time.monotonic()
     say = report or log.info
-    models = [resolve_input(x, delta_base) for x in inputs]
+    models = [resolve_input(x, delta_base, rebase) for x in inputs]
     job = None
     try:
         job = checked_job(

@@ -123,9 +123,11 @@ class ModelInput:
         return self.weights.paths + [self.directory / name for name in self.side_files]
 
 
-def resolve_input(arg: str | Path, delta_base: str | Path | None = None) -> ModelInput:
+def resolve_input(arg: str | Path, delta_base: str | Path | None = None, rebase: bool = False) -> ModelInput:
     """What `arg` names (see the module's table); UserError with the way out when it holds no usable weights.
-    `delta_base`: the model a transfer package's change was taken from (a federation's previous global model)."""
+    `delta_base`: the model a transfer package's change was taken from (a federation's previous global model);
+    with `rebase`, the model its change is added to whichever model it was taken from (a buffered
+    federation applies a change from an older global version to the newest)."""
     text = str(arg)
     path = Path(text).expanduser().absolute()
     if not path.exists():
@@ -135,7 +137,7 @@ def resolve_input(arg: str | Path, delta_base: str | Path | None = None) -> Mode
             f"MODEL {text}: is a file; give the directory that holds the weights (a run, a checkpoint or a saved model)"
         )
     if (path / PACKAGE_MANIFEST).is_file():
-        return _package(text, path, delta_base)
+        return _package(text, path, delta_base, rebase)
     if (path / MANIFEST_FILE).is_file():
         return _checkpoint(text, path, "checkpoint")
     if holds_run(path):
@@ -144,7 +146,7 @@ def resolve_input(arg: str | Path, delta_base: str | Path | None = None) -> Mode
     return _make(text, path, described, tokens, samples)
 
 
-def _package(text: str, path: Path, delta_base: str | Path | None) -> ModelInput:
+def _package(text: str, path: Path, delta_base: str | Path | None, rebase: bool = False) -> ModelInput:
     """A site's result as it travelled (supertune.transfer): decoded a slice at a time, onto its base
     when it holds a change; its files' sizes now, their sha256 while the average reads them."""
     label = f"MODEL {text}"
@@ -157,7 +159,7 @@ def _package(text: str, path: Path, delta_base: str | Path | None) -> ModelInput
         if delta_base is None:
             raise UserError(f"{label}: holds a change from a global model; give that model as the delta base")
         base = resolve_input(delta_base).weights
-        if cached_digest(base) != package.base:
+        if not rebase and cached_digest(base) != package.base:
             raise UserError(
                 f"{label}: holds a change from another model than {delta_base} (the sha256 of its weights differ); "
                 "it can only be added to the global model it was taken from"

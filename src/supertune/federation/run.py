@@ -38,6 +38,8 @@ def federate(
     from .state.history import active_federation, drop_sites, first_unfinished_round, record_failure
 
     fed, resumed = load_federation(path)
+    if skip and fed.mode == "buffered":
+        raise UserError("--skip-site: mode: buffered has no round to leave a site out of; use --drop to stop a site")
     root = federation_dir(fed, resumed, explicit_dir)
     text = federation_text(fed)
     if root.config.is_file():
@@ -73,7 +75,12 @@ def federate(
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
-    run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
+    if fed.mode == "buffered":
+        from .rounds.buffered import run_buffered
+
+        run_buffered(active, plans, root, start_executor(active, root), everyone=fed)
+    else:
+        run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
     return root
 
 
@@ -95,9 +102,15 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     plans = resolve_sites(fed)
     state = "resumed from its receipts" if root.config.is_file() else "new"
     kind = executor_kind(fed)
+    a = fed.aggregation
+    rounds = (
+        f"{fed.rounds} rounds"
+        if fed.mode == "synchronous"
+        else f"mode buffered: {fed.rounds} versions of K={a.buffer_size} changes, staleness {a.staleness.kind}"
+    )
     lines = [
-        f"# federation {fed.name}: {len(fed.sites)} sites, {fed.rounds} rounds, executor {fed.executor}, "
-        f"aggregation {fed.aggregation.weights} weights, server optimizer {fed.aggregation.server_optimizer}",
+        f"# federation {fed.name}: {len(fed.sites)} sites, {rounds}, executor {fed.executor}, "
+        f"aggregation {a.weights} weights, server optimizer {a.server_optimizer}",
         f"# directory {root.path} ({state}); dry run: nothing written, nothing started",
     ]
     scripts = []
@@ -113,8 +126,13 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
             else f"on this machine ({cfg.launch.nproc} process(es))"
         )
         until = site.until_round or fed.rounds
+        each = (
+            f"rounds {site.from_round}-{until}, {site.steps_per_round} steps each"
+            if fed.mode == "synchronous"
+            else f"{site.steps_per_round} steps per change, from the newest version"
+        )
         lines.append(
-            f"# site {site.name}: rounds {site.from_round}-{until}, {site.steps_per_round} steps each, {place}, "
+            f"# site {site.name}: {each}, {place}, "
             + (
                 "its run config read there"
                 if not kind.site_files_here
@@ -148,6 +166,11 @@ def federation_cost_plan(path: str | None, explicit_dir: str | None, link: str |
 
     measured = read_link(link) if link else None
     fed, resumed = load_federation(path)
+    if fed.mode == "buffered":
+        raise UserError(
+            "--plan: the cost forecast of mode: buffered is not written yet (it forecasts rounds); "
+            "see the versions so far with --status"
+        )
     root = federation_dir(fed, resumed, explicit_dir)
     if not root.config.is_file():
         check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
@@ -204,4 +227,8 @@ def federation_status(directory: str) -> str:
     fed, resumed = load_federation(directory)
     if resumed is None:
         raise UserError(f"--status: {directory!r} is not a federation directory (no federation.yaml)")
+    if fed.mode == "buffered":
+        from .reports.buffered_table import buffered_table_markdown
+
+        return buffered_table_markdown(fed, FederationDir(resumed))
     return table_markdown(fed, FederationDir(resumed))

@@ -135,6 +135,9 @@ def federation_problems(fed: FederationConfig) -> list[str]:
     p += _transfer_problems(fed)
     p += _exchange_problems(fed)
     p += _executor_problems(fed)
+    from .buffered import buffered_problems
+
+    p += buffered_problems(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:

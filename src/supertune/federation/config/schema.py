@@ -11,8 +11,28 @@ from typing import Annotated, Any, Literal
 from ...averaging.server_optimizers import DEFAULT_SERVER_OPTIMIZER, server_optimizer_names
 from ...config.choices import OneOf
 from .executors import executor_names
+from .staleness import staleness_names
 
-__all__ = ["AggregationConfig", "SiteConfig", "StreamFlowConfig", "TransferConfig", "FederationConfig"]
+__all__ = [
+    "AggregationConfig",
+    "StalenessConfig",
+    "SiteConfig",
+    "StreamFlowConfig",
+    "TransferConfig",
+    "FederationConfig",
+]
+
+
+@dataclass
+class StalenessConfig:
+    """mode: buffered: how much less a change counts the more global versions its starting model is behind (u); formulas in docs/federated/buffered.md."""
+
+    kind: Annotated[str, OneOf(staleness_names)] = "polynomial"
+    """constant: s(u) = 1; polynomial: s(u) = (u + 1)^-a; hinge: s(u) = 1 if u <= b, else 1 / (a (u - b) + 1)."""
+    a: float = 0.5
+    """polynomial, hinge: how fast the weight falls with staleness (a positive number)."""
+    b: float = 4.0
+    """hinge: the staleness up to which a change keeps its whole weight."""
 
 
 @dataclass
@@ -35,6 +55,12 @@ class AggregationConfig:
     """Quorum: a round is averaged when at least this many of its sites finished training, leaving out those that failed every attempt (site_retries); empty: every site of the round, and a site that fails stops the federation."""
     server_tau: float = 0.001
     """fedadam, fedyogi, fedadagrad: added to the square root of the second moment, which starts at server_tau^2; smaller is more adaptive."""
+    buffer_size: int = 2
+    """mode: buffered: K, the changes buffered before the coordinator averages them into the next global version."""
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    """mode: buffered: the staleness weight s(u); a change's weight is its tokens (aggregation.weights) x s(u)."""
+    max_staleness: int | None = None
+    """mode: buffered: a change whose starting model is more versions behind than this is recorded and dropped; empty: none is dropped."""
     lora: Literal["adapters", "merged"] = "adapters"
     """With LoRA sites (model.lora.enabled): adapters averages the A and B tensors into a global adapter the sites keep training; merged averages the merged models (base + s*B@A) into a full model, and sites start a fresh adapter on it each round. See docs/federated/lora.md."""
 
@@ -112,8 +138,10 @@ class FederationConfig:
     """With an empty base_model: fields of the embedded tiny Llama's config to change, e.g. {num_hidden_layers: 2}."""
     seed: int = 42
     """Seed of the base model's fresh weights (empty base_model). A site's data order in round r comes from its own training.data_seed (or seed) + r - 1."""
+    mode: Literal["synchronous", "buffered"] = "synchronous"
+    """synchronous: a round ends when its sites have trained, then one average; buffered: every site trains on its own from the newest global version and each aggregation.buffer_size changes make the next one (docs/federated/buffered.md)."""
     rounds: int = 3
-    """Rounds of local training and averaging (at most 10000)."""
+    """Rounds of local training and averaging (at most 10000); mode: buffered: the global versions to publish."""
     optimizer_state: Literal["fresh", "kept"] = "fresh"
     """fresh: each round's local training starts a new optimizer; kept: a site carries its AdamW moments from round to round (ddp only)."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)

@@ -18,7 +18,7 @@ from ..config.schema import FederationConfig
 from ..state.layout import FederationDir
 from ..state.receipts import read_receipt, read_trained
 
-__all__ = ["table_rows", "table_markdown", "write_table", "loss_figure"]
+__all__ = ["table_rows", "table_markdown", "write_table", "loss_figure", "base_losses", "history_lines", "number_cell"]
 
 
 def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any]]:
@@ -96,7 +96,7 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         "Eval loss on each site's validation data. before: the previous global model (round 1: the base); "
         "after: the site's model after its local training; global: the round's averaged model.",
         "",
-        "base model: " + ", ".join(f"{name} {_num(loss)}" for name, loss in base.items()),
+        "base model: " + ", ".join(f"{name} {number_cell(loss)}" for name, loss in base.items()),
         "",
         "| round | site | tokens | loss tokens | weight | before | after | global | train s | average s | evaluate s "
         "| node-h | queue s | sent MB | received MB | note |",
@@ -105,9 +105,9 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     for r in rows:
         tokens = "-" if r["tokens"] is None else f"{r['tokens']:,}"
         lines.append(
-            f"| {r['round']} | {r['site']} | {tokens} | {_count(r['loss_tokens'])} | {_num(r['weight'])} | "
-            f"{_num(r['local_before'])} | {_num(r['local_after'])} | {_num(r['global'])} | {_secs(r['train_s'])} | "
-            f"{_secs(r['average_s'])} | {_secs(r['evaluate_s'])} | {_num(r['node_hours'])} | {_secs(r['queue_s'])} | "
+            f"| {r['round']} | {r['site']} | {tokens} | {_count(r['loss_tokens'])} | {number_cell(r['weight'])} | "
+            f"{number_cell(r['local_before'])} | {number_cell(r['local_after'])} | {number_cell(r['global'])} | {_secs(r['train_s'])} | "
+            f"{_secs(r['average_s'])} | {_secs(r['evaluate_s'])} | {number_cell(r['node_hours'])} | {_secs(r['queue_s'])} | "
             f"{_mb(r['sent_bytes'])} | {_mb(r['received_bytes'])} | {_note(r['left_out'])} |"
         )
     total = totals(rows)
@@ -118,7 +118,7 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         f"{total['queue_s']:.0f} s in queues, {_mb(total['sent_bytes'])} MB sent to the aggregator, "
         f"{_mb(total['received_bytes'])} MB received from it",
     ]
-    return "\n".join(lines + _benchmarks(fed, root) + _history(fed, root)) + "\n"
+    return "\n".join(lines + _benchmarks(fed, root) + history_lines(fed, root)) + "\n"
 
 
 def round_benchmarks(fed: FederationConfig, root: FederationDir) -> dict[int, dict[str, dict[str, float]]]:
@@ -145,11 +145,11 @@ def _benchmarks(fed: FederationConfig, root: FederationDir) -> list[str]:
     ]
     lines.append("| ---: |" + " ---: |" * len(columns))
     for number, scores in by_round.items():
-        lines.append(f"| {number} | " + " | ".join(_num(scores.get(t, {}).get(m)) for t, m in columns) + " |")
+        lines.append(f"| {number} | " + " | ".join(number_cell(scores.get(t, {}).get(m)) for t, m in columns) + " |")
     return lines
 
 
-def _history(fed: FederationConfig, root: FederationDir) -> list[str]:
+def history_lines(fed: FederationConfig, root: FederationDir) -> list[str]:
     """The dropped sites and the failed attempts, under the table (nothing when there are none)."""
     from ..state.history import dropped_sites, failures
 
@@ -259,7 +259,7 @@ def loss_figure(fed: FederationConfig, root: FederationDir):
     return fig
 
 
-def _num(value: float | None) -> str:
+def number_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 

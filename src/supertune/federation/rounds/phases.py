@@ -18,9 +18,10 @@ from ..state.receipts import write_receipt, write_trained
 from ..state.records import TrainedReceipt
 
 if TYPE_CHECKING:
+    from ...averaging.server_step import ServerStep
     from .loop import RoundWork, SiteWork
 
-__all__ = ["trained_record", "record_finished_training", "average_round", "average_phase"]
+__all__ = ["trained_record", "record_finished_training", "server_step", "average_round", "average_phase"]
 
 log = logging.getLogger("supertune")
 
@@ -71,6 +72,25 @@ def record_finished_training(w: SiteWork) -> bool:
     return True
 
 
+def server_step(fed: FederationConfig, previous: Path) -> ServerStep | None:
+    """The server optimizer's step from the global model `previous` (its state read beside it, the new
+    state published with the output), or None for plain FedAvg (fedavgm, lr 1, no momentum), whose
+    average is the global model."""
+    from ...averaging import ServerStep
+
+    a = fed.aggregation
+    if a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum:
+        return None
+    return ServerStep(
+        global_model=previous,
+        lr=a.server_lr,
+        momentum=a.server_momentum,
+        optimizer=a.server_optimizer,
+        beta2=a.server_beta2,
+        tau=a.server_tau,
+    )
+
+
 def average_round(
     fed: FederationConfig,
     number: int,
@@ -85,7 +105,7 @@ def average_round(
     """Average the sites' checkpoints (in site order) into `out`, and write the round's receipt (with the
     sites `left_out` of the round after failing, and why). `checkpoints` may be transfer packages (what
     the sites sent), whose changes are from `delta_base`."""
-    from ...averaging import ServerStep, average_checkpoints, read_average_manifest
+    from ...averaging import average_checkpoints, read_average_manifest
 
     a = fed.aggregation
     # fixed weights by name: the sites averaged may be fewer than the federation's (from_round, left out)
@@ -93,20 +113,7 @@ def average_round(
     weights: str | list[float] = (
         [float(fixed[name] or 0.0) for name in sites] if fed.sites and fed.sites[0].weight is not None else a.weights
     )
-    # Plain FedAvg (fedavgm, lr 1, no momentum) needs no server step: the average is the global model.
-    plain = a.server_optimizer == "fedavgm" and a.server_lr in (None, 1) and not a.server_momentum
-    server = (
-        None
-        if plain
-        else ServerStep(
-            global_model=previous,
-            lr=a.server_lr,
-            momentum=a.server_momentum,
-            optimizer=a.server_optimizer,
-            beta2=a.server_beta2,
-            tau=a.server_tau,
-        )
-    )
+    server = server_step(fed, previous)
     from ..state.model_files import holds_adapters, weight_bytes
 
     # LoRA sites with aggregation.lora: merged: the merged models are averaged, on the previous global model

@@ -26,6 +26,14 @@
       round-NNN/<site>/owner.json       the federation, site and round the folder belongs to (ownership.py;
                                         written by a StreamFlow train step, also in a site's workdir)
 
+    mode: buffered (rounds/buffered.py): round-NNN/global/ is global version NNN, and
+      round-NNN/published.json          receipt: version NNN is published, from these arrivals and weights
+      buffered/<site>/task-NNN/task.json    the site's NNNth contribution: the version it trains from
+      buffered/<site>/task-NNN/site.yaml, run/, train.log, trained.json, cost.json   as a round's site folder
+      buffered/<site>/task-NNN/sent/        its change from that version (a transfer package)
+      arrivals/arrival-NNNNNN.json          receipt: the NNNNNNth change taken (site, versions, staleness, weight)
+      round-NNN/<site>/evaluated.json   round 0 and the last version: the global model's eval loss on the site's data
+
 A receipt is written (atomically) only when its phase is done; a federation resumes at the first
 phase of the first round without all its receipts.
 """
@@ -74,6 +82,22 @@ class FederationDir:
         """StreamFlow's files: the workflow, one streamflow.yml and job file per round, its database."""
         return self.path / "streamflow"
 
+    @property
+    def arrivals(self) -> Path:
+        """mode: buffered: the arrival receipts, one a change, in the order they came."""
+        return self.path / "arrivals"
+
+    def arrival(self, number: int) -> Path:
+        return self.arrivals / f"arrival-{number:06d}.json"
+
+    def buffered_site(self, site: str) -> Path:
+        """mode: buffered: the folders of a site's contributions."""
+        return self.path / "buffered" / site
+
+    def task(self, site: str, number: int) -> SiteRoundDir:
+        """mode: buffered: the folder of a site's `number`th contribution, laid out as a round's site folder."""
+        return SiteRoundDir(self.buffered_site(site) / f"task-{number:03d}")
+
     def round(self, number: int) -> RoundDir:
         return RoundDir(self.path / f"round-{number:03d}", number)
 
@@ -90,6 +114,11 @@ class RoundDir:
     @property
     def averaged(self) -> Path:
         return self.path / "averaged.json"
+
+    @property
+    def published(self) -> Path:
+        """mode: buffered: receipt that this global version is published (from which arrivals)."""
+        return self.path / "published.json"
 
     @property
     def benchmarks(self) -> Path:
@@ -136,6 +165,11 @@ class SiteRoundDir:
         """With transfer settings: the site's result as a transfer package (supertune.transfer), with the
         residual the site keeps for its next round's error feedback."""
         return self.path / "sent"
+
+    @property
+    def task_record(self) -> Path:
+        """mode: buffered: the task's record (records.BufferedTask), written before its training starts."""
+        return self.path / "task.json"
 
     @property
     def cost(self) -> Path:

@@ -17,13 +17,19 @@ from ...errors import UserError
 from ...rundir import write_json_atomic
 from ...state_records import Field, record_damage
 from .records import (
+    ARRIVAL_FIELDS,
     ATTEMPT_FIELDS,
     FAILED_TRAINING_FIELDS,
     LEFT_OUT_FIELDS,
+    PUBLISHED_FIELDS,
+    TASK_FIELDS,
     TRAINED_FIELDS,
+    Arrival,
     Attempt,
+    BufferedTask,
     FailedTraining,
     LeftOut,
+    PublishedVersion,
     TrainedReceipt,
 )
 
@@ -36,6 +42,12 @@ __all__ = [
     "write_attempts",
     "read_attempts",
     "attempts_from",
+    "write_task",
+    "read_task",
+    "write_arrival",
+    "read_arrival",
+    "write_published",
+    "read_published",
     "checked_checkpoint",
     "checked_global_model",
 ]
@@ -72,6 +84,12 @@ def _fields(path: Path, data: dict[str, Any]) -> dict[str, Field] | None:
         return LEFT_OUT_FIELDS
     if name == "cost.json":
         return COST_FIELDS
+    if name == "task.json":
+        return TASK_FIELDS
+    if name.startswith("arrival-") and name.endswith(".json"):
+        return ARRIVAL_FIELDS
+    if name == "published.json":
+        return PUBLISHED_FIELDS
     return None
 
 
@@ -151,6 +169,36 @@ def read_attempts(path: Path) -> list[Attempt] | None:
     """The attempts in a site's cost.json; None when it has none."""
     data = read_receipt(path)
     return None if data is None else [Attempt.from_json(a) for a in data["attempts"]]
+
+
+def write_task(path: Path, task: BufferedTask) -> None:
+    """mode: buffered: a site's task.json, before its training starts."""
+    write_receipt(path, task.as_json())
+
+
+def read_task(path: Path) -> BufferedTask | None:
+    data = read_receipt(path)
+    return None if data is None else BufferedTask.from_json(data)
+
+
+def write_arrival(path: Path, arrival: Arrival) -> None:
+    """mode: buffered: the receipt of one change taken (arrivals/arrival-NNNNNN.json)."""
+    write_receipt(path, arrival.as_json())
+
+
+def read_arrival(path: Path) -> Arrival | None:
+    data = read_receipt(path)
+    return None if data is None else Arrival.from_json(data)
+
+
+def write_published(path: Path, version: PublishedVersion) -> None:
+    """mode: buffered: the receipt of a published global version, written after its model is in place."""
+    write_receipt(path, version.as_json())
+
+
+def read_published(path: Path) -> PublishedVersion | None:
+    data = read_receipt(path)
+    return None if data is None else PublishedVersion.from_json(data)
 
 
 def attempts_from(entries: Any, where: str) -> list[Attempt]:

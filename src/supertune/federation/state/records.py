@@ -1,6 +1,7 @@
 """The typed records a federation keeps per site and round: a finished training (`trained.json`, and the
 `trained-<site>.json` a StreamFlow step hands out), a failed training as a step reports it, and the
-attempts of a site's training (`cost.json`). Each is a dataclass with the JSON it has always been
+attempts of a site's training (`cost.json`); in buffered rounds, a site's task, every arrival and every
+published version. Each is a dataclass with the JSON it has always been
 (`as_json`, key for key and in the same order, so that directories made before these types resume as
 they are) and the fields receipts.py checks when it writes one as when it reads one back.
 
@@ -19,7 +20,13 @@ __all__ = [
     "FailedTraining",
     "LeftOut",
     "Attempt",
+    "BufferedTask",
+    "Arrival",
+    "PublishedVersion",
     "TRAINED_FIELDS",
+    "TASK_FIELDS",
+    "ARRIVAL_FIELDS",
+    "PUBLISHED_FIELDS",
     "FAILED_TRAINING_FIELDS",
     "ATTEMPT_FIELDS",
     "RUNNING",
@@ -59,6 +66,30 @@ ATTEMPT_FIELDS = {
     "outcome": Field("str"),
 }
 """Only the outcome is required: what a missing time or node count costs is nothing (cost.py)."""
+TASK_FIELDS = {"site": Field("str"), "task": Field("int", least=1), "base_version": Field("int", least=0)}
+ARRIVAL_FIELDS = {
+    "number": Field("int", least=1),
+    "site": Field("str"),
+    "task": Field("int", least=1),
+    "base_version": Field("int", least=0),
+    "version": Field("int", least=0),
+    "staleness": Field("int", least=0),
+    "tokens": Field("int", least=0),
+    "samples": Field("int", null=True),
+    "weight": Field("number"),
+    "dropped": Field("bool"),
+    "checkpoint": Field("str"),
+    "sent": Field("str", null=True),
+    "unix": Field("number"),
+}
+PUBLISHED_FIELDS = {
+    "version": Field("int", least=1),
+    "global_model": Field("str"),
+    "previous": Field("str"),
+    "arrivals": Field("list"),
+    "weights": Field("list"),
+    "seconds": Field("number"),
+}
 
 
 @dataclass(frozen=True)
@@ -184,3 +215,103 @@ class Attempt:
             outcome=data["outcome"],
             processes=data.get("processes"),
         )
+
+
+@dataclass(frozen=True)
+class BufferedTask:
+    """mode: buffered: one contribution a site sets out to make (`buffered/<site>/task-NNN/task.json`),
+    written before its training starts: the global version it trains from, kept so that a resumed
+    federation continues the same training from the same version."""
+
+    site: str
+    task: int
+    """The site's contributions count from 1."""
+    base_version: int
+    """The global version the site's training starts from (0: the base model)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"site": self.site, "task": self.task, "base_version": self.base_version}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BufferedTask:
+        return cls(site=data["site"], task=data["task"], base_version=data["base_version"])
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """mode: buffered: a site's change as the coordinator took it (`arrivals/arrival-NNNNNN.json`, in the
+    order they came): its staleness and weight, and whether it was dropped. The published versions are
+    computed from these records alone."""
+
+    number: int
+    """The arrival's place in the federation's order, from 1."""
+    site: str
+    task: int
+    base_version: int
+    """The global version the site's training started from."""
+    version: int
+    """The newest published version when it arrived: the one its change is applied to."""
+    staleness: int
+    """u = version - base_version."""
+    tokens: int
+    samples: int | None
+    weight: float
+    """Its weight before normalising: tokens (or samples, 1, the site's weight: aggregation.weights) x s(u); 0 when dropped."""
+    dropped: bool
+    """Staler than aggregation.max_staleness: recorded, never averaged."""
+    checkpoint: str
+    """The site's checkpoint its change was taken from."""
+    sent: str | None
+    """The transfer package holding its change from its base version (what the average reads); None when dropped."""
+    unix: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "site": self.site,
+            "task": self.task,
+            "base_version": self.base_version,
+            "version": self.version,
+            "staleness": self.staleness,
+            "tokens": self.tokens,
+            "samples": self.samples,
+            "weight": self.weight,
+            "dropped": self.dropped,
+            "checkpoint": self.checkpoint,
+            "sent": self.sent,
+            "unix": self.unix,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Arrival:
+        return cls(**{k: data[k] for k in ARRIVAL_FIELDS})
+
+
+@dataclass(frozen=True)
+class PublishedVersion:
+    """mode: buffered: a global version and the arrivals it was averaged from (`round-NNN/published.json`,
+    written after the version's model is in place)."""
+
+    version: int
+    global_model: str
+    previous: str
+    """The version its arrivals' changes were applied to (and whose server optimizer state it continues)."""
+    arrivals: list[int]
+    """The numbers of the arrivals averaged, in order."""
+    weights: list[float]
+    """Their normalised weights, in the same order."""
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "global_model": self.global_model,
+            "previous": self.previous,
+            "arrivals": list(self.arrivals),
+            "weights": list(self.weights),
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PublishedVersion:
+        return cls(**{k: data[k] for k in PUBLISHED_FIELDS})

@@ -5,6 +5,8 @@ a cluster this machine can submit to (`where: <cluster profile>`), started by su
 Local sites run one after another: they share this machine's cores. SLURM sites are all submitted
 first, then waited for, asking the scheduler about each job once every `poll_seconds` at most.
 A site's training resumes by itself when run again: its run directory is an ordinary supertune run.
+In buffered rounds (mode: buffered) every local site trains at once, each on its own
+(buffered_training.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ....errors import UserError
 from ...config.schema import FederationConfig
 from ...rounds.attempt_policy import AttemptPolicy
 from ...rounds.attempts import round_deadline
+from ...rounds.buffered import BufferedSites
 from ...rounds.failures import FederationError
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
@@ -68,6 +71,12 @@ class BuiltinExecutor:
                      package.codec.name, package.sent_weight_bytes / 1e6)  # fmt: skip
             packages[name] = str(package.directory)
         return packages
+
+    def run_buffered(self, sites: BufferedSites) -> None:
+        """mode: buffered: every local site's tasks, all sites at once, until the last version is published."""
+        from .buffered_training import train_buffered
+
+        train_buffered(self.fed, sites)
 
     # -- training ---------------------------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""The table of a buffered federation (mode: buffered), read from its receipts only: every published
+version with the changes it was averaged from (site, the version each started from, staleness,
+tokens, weight), the changes dropped or still buffered, and per site its contributions and who is
+behind (the version its training in progress started from). Markdown (`rounds.md`, `--status`) and
+JSON (`rounds.json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.schema import FederationConfig
+from ..config.staleness import STALENESS
+from ..state.layout import FederationDir
+from ..state.receipts import read_arrival, read_published, read_receipt, read_task
+from ..state.records import Arrival
+from .table import base_losses, history_lines, number_cell
+
+__all__ = ["buffered_table", "buffered_table_markdown", "write_buffered_table"]
+
+
+def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]:
+    """Versions, arrivals and sites as the receipts hold them."""
+    arrivals: list[Arrival] = []
+    while (a := read_arrival(root.arrival(len(arrivals) + 1))) is not None:
+        arrivals.append(a)
+    versions, into = [], {}
+    for number in range(1, fed.rounds + 1):
+        published = read_published(root.round(number).published)
+        if published is None:
+            break
+        versions.append(published.as_json())
+        into.update({n: (number, w) for n, w in zip(published.arrivals, published.weights)})
+    newest = len(versions)
+    rows = [
+        {**a.as_json(), "into_version": into.get(a.number, (None,))[0], "share": into.get(a.number, (None, None))[1]}
+        for a in arrivals
+    ]
+    last = root.round(newest)
+    sites = []
+    for site in fed.sites:
+        mine = [a for a in arrivals if a.site == site.name]
+        training = _task_in_progress(root, site.name, {a.task for a in mine})
+        sites.append({
+            "site": site.name,
+            "contributions": sum(not a.dropped for a in mine),
+            "dropped": sum(a.dropped for a in mine),
+            "tokens": sum(a.tokens for a in mine if not a.dropped),
+            "mean_staleness": (sum(a.staleness for a in mine) / len(mine)) if mine else None,
+            "training_from": training,
+            "behind": None if training is None else newest - training,
+            "last_version_loss": (read_receipt(last.site(site.name).evaluated) or {}).get("eval_loss") if newest else None,
+        })  # fmt: skip
+    return {
+        "federation": fed.name,
+        "mode": "buffered",
+        "buffer_size": fed.aggregation.buffer_size,
+        "published": newest,
+        "base": base_losses(fed, root),
+        "versions": versions,
+        "arrivals": rows,
+        "sites": sites,
+    }
+
+
+def _task_in_progress(root: FederationDir, site: str, taken: set[int]) -> int | None:
+    """The version a site's task not taken yet started from, or None (it trains nothing now)."""
+    number, found = 1, None
+    while (task := read_task(root.task(site, number).task_record)) is not None:
+        if number not in taken:
+            found = task.base_version
+        number += 1
+    return found
+
+
+def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
+    t = buffered_table(fed, root)
+    a = fed.aggregation
+    kind = STALENESS[a.staleness.kind]
+    limit = (
+        "no change is dropped"
+        if a.max_staleness is None
+        else f"changes more than {a.max_staleness} versions behind are dropped"
+    )
+    lines = [
+        f"# Federation {fed.name}: {t['published']} of {fed.rounds} versions (mode: buffered)",
+        "",
+        f"Each version averages K = {a.buffer_size} changes, weighted by {a.weights} x s(u), {kind.formula} "
+        f"(kind {kind.name}, a = {a.staleness.a:g}, b = {a.staleness.b:g}); u: versions the site's starting model "
+        f"was behind; {limit} (aggregation.max_staleness).",
+        "",
+        "base model: " + ", ".join(f"{name} {number_cell(loss)}" for name, loss in t["base"].items()),
+        "",
+        "| version | arrival | site | task | from version | staleness | tokens | weight | share | local loss |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in t["arrivals"]:
+        into = "dropped" if r["dropped"] else "buffered" if r["into_version"] is None else str(r["into_version"])
+        trained = read_receipt(root.task(r["site"], r["task"]).trained) or {}
+        lines.append(
+            f"| {into} | {r['number']} | {r['site']} | {r['task']} | {r['base_version']} | {r['staleness']} | "
+            f"{r['tokens']:,} | {r['weight']:,.1f} | {number_cell(r['share'])} | {number_cell(trained.get('eval_loss'))} |"
+        )
+    lines += [
+        "",
+        "| site | contributions | dropped | tokens | mean staleness | training from version | behind | last version's loss |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s in t["sites"]:
+        training = "-" if s["training_from"] is None else str(s["training_from"])
+        behind = "-" if s["behind"] is None else str(s["behind"])
+        lines.append(
+            f"| {s['site']} | {s['contributions']} | {s['dropped']} | {s['tokens']:,} | {number_cell(s['mean_staleness'])} | "
+            f"{training} | {behind} | {number_cell(s['last_version_loss'])} |"
+        )
+    return "\n".join(lines + history_lines(fed, root)) + "\n"
+
+
+def write_buffered_table(fed: FederationConfig, root: FederationDir) -> None:
+    from ...rundir import write_json_atomic
+
+    write_json_atomic(root.table_json, buffered_table(fed, root))
+    root.table_markdown.write_text(buffered_table_markdown(fed, root), encoding="utf-8")
