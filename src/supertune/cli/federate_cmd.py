@@ -138,10 +138,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 "--site NAME EXCHANGE: give the exchange (a directory or ssh://[user@]host[:port]/path), and no --drop/--skip-site"
             )
-        from ..federation.executors.agents.site_agent import run_agent
+        from ..federation.executors.agents.site_agent import run_agent_through_outages
 
         setup_logging()
-        agent_dir = run_agent(args.site, args.federation, args.dir)
+        agent_dir = run_agent_through_outages(args.site, args.federation, args.dir)
         print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}")
         return 0
 

@@ -20,17 +20,22 @@ attempt (`site_retries` + 1) is reported (`sites/<site>/failed-NNN.json`) instea
 agent; a round decided without it (the global model's record names it, or its start record) is not
 trained, sent or evaluated, and the next round trains from the new global model; a round the
 coordinator starts again after stopping below its quorum (a new start record) is tried again.
+
+An outage of the exchange (ExchangeUnreachable, once the exchange's own retries gave up) does not end
+an agent run by hand (`run_agent_through_outages`): it waits OUTAGE_WAIT seconds and runs again from
+where it was, as its chain of jobs does between two links (agent_chain.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 
 from ....config.load import dump_config
 from ....errors import UserError
-from ....exchange import Exchange, parse_exchange
+from ....exchange import Exchange, ExchangeUnreachable, parse_exchange
 from ....file_table import size_and_sha256
 from ....resolve import resolve
 from ....transfer.package import PACKAGE_MANIFEST
@@ -38,9 +43,9 @@ from ...config.schema import FederationConfig, SiteConfig
 from ...state.layout import FederationDir
 from ...state.receipts import read_attempts, read_receipt, read_trained, write_receipt
 from . import exchange_layout as names
-from .exchange_wait import wait_at_exchange
+from .exchange_wait import OUTAGE_WAIT, wait_at_exchange
 
-__all__ = ["run_agent"]
+__all__ = ["run_agent", "run_agent_through_outages"]
 
 log = logging.getLogger("supertune")
 
@@ -62,6 +67,21 @@ def run_agent(site_name: str, where: str, directory: str | None) -> FederationDi
         agent = _Agent(fed, site, root, exchange)
         agent.run()
         return root
+
+
+def run_agent_through_outages(site_name: str, where: str, directory: str | None) -> FederationDir:
+    """run_agent for an agent run by hand (`supertune federate --site NAME EXCHANGE`): an outage of the
+    exchange is waited out OUTAGE_WAIT seconds at a time, and the agent runs again from where it was (its
+    receipts and the exchange's records say where), for as long as the outage lasts; any other error
+    ends it. Each wait is said in the log; interrupt the agent to stop waiting."""
+    while True:
+        try:
+            return run_agent(site_name, where, directory)
+        except ExchangeUnreachable as exc:
+            log.warning("site %s: %s", site_name, exc)
+            log.warning("site %s: the exchange is unreachable; the agent tries again in %g s, from where it was",
+                        site_name, OUTAGE_WAIT)  # fmt: skip
+            time.sleep(OUTAGE_WAIT)
 
 
 def _wait_for_config(exchange: Exchange, where: str) -> str:

@@ -1,0 +1,67 @@
+"""A site's agent (executor: agents) over its whole life, in one process and in seconds: an agent run
+by hand waits out an outage of the exchange; a dropped site's agent is told at the exchange and stops;
+a late site's node-hours reach the coordinator. The federation's own runs are in
+tests/test_federation_agents.py and tests/test_federation_agents_quorum.py."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from supertune.cli.main import main
+from supertune.exchange import Exchange, parse_exchange
+from supertune.federation.executors.agents import exchange_layout as names
+from supertune.federation.executors.agents import site_agent
+
+
+def _federation(exchange: str, **extra) -> str:
+    return yaml.safe_dump({"name": "life", "rounds": 2, "executor": "agents", "exchange": exchange,
+                           "sites": [{"name": "a"}, {"name": "b"}], **extra})  # fmt: skip
+
+
+def test_an_agent_run_by_hand_waits_out_an_outage_of_the_exchange(
+    tmp_path: Path, ssh_server, monkeypatch, caplog, capsys
+) -> None:
+    """The exchange's host unreachable (ssh's exit code 255, as when a VPN drops) through the exchange's
+    retries and longer: the agent waits and asks again, and when the exchange answers it reads the
+    federation's config there (here one without its site, which ends it with that error). Before, the
+    first outage ended the agent with exit 2."""
+    down, failed = tmp_path / "down", tmp_path / "failed"
+    flaky = tmp_path / "flaky-ssh"
+    flaky.write_text(
+        f'#!/bin/sh\nif [ -e "{down}" ]; then echo x >> "{failed}"; echo "ssh: connect: No route to host" >&2; '
+        f'exit 255; fi\nexec {ssh_server.ssh} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    down.touch()
+    monkeypatch.setenv("SUPERTUNE_SSH", str(flaky))
+    # the exchange's backoff (2, 4, 8, 16 s) and the agent's wait after it (300 s), shortened
+    monkeypatch.setattr(site_agent, "Exchange", functools.partial(Exchange, backoff=0.01))
+    monkeypatch.setattr(site_agent, "OUTAGE_WAIT", 0.2, raising=False)
+    url = f"{ssh_server.url}{tmp_path / 'exchange'}"
+    ended: list[int] = []
+    agent = threading.Thread(
+        target=lambda: ended.append(main(["federate", "--site", "c", url, "--dir", str(tmp_path / "agent")]))
+    )
+    with caplog.at_level(logging.WARNING, logger="supertune"):
+        agent.start()
+        deadline = time.time() + 60
+        # two outages in a row of the exchange's five tries each: the agent waited out the first
+        while (not failed.exists() or len(failed.read_text().split()) < 10) and agent.is_alive():
+            assert time.time() < deadline, "the agent did not ask the exchange again"
+            time.sleep(0.05)
+        assert agent.is_alive() and not ended, "the agent stopped at the outage"
+        down.unlink()
+        config = tmp_path / "federation.yaml"
+        config.write_text(_federation(url))
+        with Exchange(parse_exchange(url)) as exchange:
+            exchange.put_file(config, names.CONFIG)
+        agent.join(timeout=60)
+    assert ended == [2]
+    assert "the exchange is unreachable; the agent tries again in 0.2 s, from where it was" in caplog.text
+    assert capsys.readouterr().err.strip().endswith("--site: 'c' is not a site of federation life; its sites are a, b")
