@@ -46,7 +46,8 @@ def test_an_agent_run_by_hand_waits_out_an_outage_of_the_exchange(
     url = f"{ssh_server.url}{tmp_path / 'exchange'}"
     ended: list[int] = []
     agent = threading.Thread(
-        target=lambda: ended.append(main(["federate", "--site", "c", url, "--dir", str(tmp_path / "agent")]))
+        target=lambda: ended.append(main(["federate", "--site", "c", url, "--dir", str(tmp_path / "agent")])),
+        daemon=True,
     )
     with caplog.at_level(logging.WARNING, logger="supertune"):
         agent.start()
@@ -65,3 +66,53 @@ def test_an_agent_run_by_hand_waits_out_an_outage_of_the_exchange(
     assert ended == [2]
     assert "the exchange is unreachable; the agent tries again in 0.2 s, from where it was" in caplog.text
     assert capsys.readouterr().err.strip().endswith("--site: 'c' is not a site of federation life; its sites are a, b")
+
+
+def _coordinator(tmp_path: Path, exchange: str, **extra):
+    """A coordinator of the federation `_federation` in tmp_path/fed, as `supertune federate` makes it."""
+    from supertune.federation.config.load import federation_text, load_federation
+    from supertune.federation.executors.agents.coordinator import AgentsExecutor
+    from supertune.federation.state.layout import FederationDir
+
+    config = tmp_path / "federation.yaml"
+    config.write_text(_federation(exchange, **extra))
+    fed, _ = load_federation(config)
+    root = FederationDir(tmp_path / "fed")
+    root.path.mkdir()
+    root.config.write_text(federation_text(fed))
+    return fed, root, AgentsExecutor
+
+
+def test_a_dropped_sites_agent_is_told_at_the_exchange_and_stops(tmp_path: Path, capsys) -> None:
+    """site-b's agent waits for round 0's global model; the federation is run again with --drop b: the
+    coordinator puts the drop on the exchange, and the agent stops there (exit 0, one line). Before, it
+    was never told, and waited, trained and sent for a federation that no longer averaged it."""
+    from supertune.federation.rounds.loop import RoundWork
+    from supertune.federation.state.history import active_federation, drop_sites
+
+    exchange = str(tmp_path / "exchange")
+    fed, root, coordinator = _coordinator(tmp_path, exchange, poll_seconds=1)
+    coordinator(fed, root).run_round(RoundWork(0, tmp_path / "base", tmp_path / "base", root.round(0).averaged))
+    ended: list[int] = []
+    agent = threading.Thread(
+        target=lambda: ended.append(main(["federate", "--site", "b", exchange, "--dir", str(tmp_path / "agent-b")])),
+        daemon=True,
+    )
+    agent.start()
+    time.sleep(1.5)  # the agent has read the config and waits for the global model (a drop is found either way)
+    assert agent.is_alive()
+    drop_sites(fed, root, ["b"])
+    # the coordinator run again (`supertune federate DIR --drop b`) with the sites still active
+    coordinator(active_federation(fed, root), root).run_round(
+        RoundWork(0, tmp_path / "base", tmp_path / "base", root.round(0).averaged)
+    )
+    agent.join(timeout=30)
+    assert not agent.is_alive() and ended == [0]
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"supertune: site b: dropped from federation life from round 1 on by its coordinator (--drop); the agent "
+        f"stops (its runs and receipts stay in {tmp_path / 'agent-b'})"
+    ]
+    # an agent of the dropped site started later stops at once
+    assert main(["federate", "--site", "b", exchange, "--dir", str(tmp_path / "agent-b")]) == 0
+    assert "dropped from federation life" in capsys.readouterr().out

@@ -141,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
         from ..federation.executors.agents.site_agent import run_agent_through_outages
 
         setup_logging()
-        agent_dir = run_agent_through_outages(args.site, args.federation, args.dir)
-        print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}")
+        ended = run_agent_through_outages(args.site, args.federation, args.dir)
+        print(f"supertune: {ended.said}")
         return 0
 
     setup_logging()

@@ -18,7 +18,8 @@ that has neither a result nor such a report at the deadline, is failed, and
 forgets the round's start, so that running the coordinator again starts the round again with a new
 start record, which the failed agents take as their cue to try again. The decision reaches the agents
 in the global model's record (`left_out`), and a site skipped before the round's training in its start
-record.
+record. The sites dropped from the federation (`--drop`) are put on the exchange (`dropped.json`) when
+the coordinator starts, and their agents, which ask for it while they wait, stop.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class AgentsExecutor:
     def run_round(self, work: RoundWork) -> None:
         if not self._config_put:
             self.exchange.put_file(self.root.config, names.CONFIG)
+            self._put_dropped()
             self._config_put = True
         if work.train:
             self._publish(work.number - 1, work.previous)
@@ -72,6 +74,16 @@ class AgentsExecutor:
         if work.evaluate:
             self._publish(work.number, work.global_model)
             self._wait_for_evaluations(work.evaluate, work.number)
+
+    def _put_dropped(self) -> None:
+        """The sites dropped from the federation (state/history.py) on the exchange, where their agents
+        read it and stop; put when it differs from what is there."""
+        from ...state.history import dropped_sites
+
+        dropped = dropped_sites(self.root)
+        if dropped and self.exchange.get_json(names.DROPPED) != dropped:
+            self.exchange.put_json(names.DROPPED, dropped)
+            log.info("dropped sites on the exchange, whose agents stop: %s", ", ".join(sorted(dropped)))
 
     def _publish(self, number: int, model: Path) -> None:
         """The global model of round `number` on the exchange: the start of the round that trains from it
