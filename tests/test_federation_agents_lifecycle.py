@@ -116,3 +116,35 @@ def test_a_dropped_sites_agent_is_told_at_the_exchange_and_stops(tmp_path: Path,
     # an agent of the dropped site started later stops at once
     assert main(["federate", "--site", "b", exchange, "--dir", str(tmp_path / "agent-b")]) == 0
     assert "dropped from federation life" in capsys.readouterr().out
+
+
+def test_a_late_sites_node_hours_reach_the_coordinator(tmp_path: Path) -> None:
+    """site-b had no result at the exchange by round 1's deadline and was left out late; its agent ended
+    its training at the same deadline and reported the attempt (2 processes for an hour) after the
+    decision. While the coordinator waits for the round's evaluations it keeps that as site-b's cost.json:
+    the table's cost columns count it. Before, they stayed empty for a late site."""
+    from supertune.federation.reports.table import table_rows
+    from supertune.federation.rounds.loop import RoundWork, SiteWork
+    from supertune.federation.state.receipts import write_left_out, write_receipt
+    from supertune.federation.state.records import LeftOut
+
+    exchange_dir = str(tmp_path / "exchange")
+    fed, root, coordinator = _coordinator(tmp_path, exchange_dir, poll_seconds=1, round_deadline="1h",
+                                          aggregation={"min_sites": 1})  # fmt: skip
+    rd = root.round(1)
+    write_receipt(rd.started, {"round": 1, "unix": 1000.0, "deadline_s": 3600})
+    late = "late: no result at the exchange after 1h"
+    write_left_out(rd.site("b").left_out, LeftOut(site="b", round=1, reason=late, attempts=1, unix=4600.0))
+    model = tmp_path / "global-1"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    ended = {"job": None, "nodes": 1, "processes": 2, "submit": None, "start": 1000.0, "end": 4600.0,
+             "outcome": "late: running after 1h"}  # fmt: skip
+    with Exchange(parse_exchange(exchange_dir)) as exchange:
+        exchange.put_json(names.site_eval("a", 1), {"eval_loss": 2.0})
+        exchange.put_json(names.site_failed("b", 1), {"round": 1, "start": 1000.0, "reason": ended["outcome"],
+                                                      "tries": 1, "attempts": [ended]})  # fmt: skip
+    a = SiteWork(fed.sites[0], 1, tmp_path / "a.yaml", rd.site("a").path, receipt=rd.site("a").evaluated)
+    coordinator(fed, root).run_round(RoundWork(1, tmp_path / "base", model, rd.averaged, evaluate=[a]))
+    [row] = [r for r in table_rows(fed, root) if r["site"] == "b"]
+    assert (row["node_hours"], row["attempts"], row["left_out"]) == (2.0, 1, late)
