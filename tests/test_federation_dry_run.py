@@ -3,7 +3,11 @@ printed, and nothing written or started."""
 
 from __future__ import annotations
 
+import pytest
+
 from supertune.cli.main import main
+from supertune.config.errors import ConfigError
+from supertune.federation import load_federation
 
 FEDERATION = """\
 name: plan-test
@@ -51,3 +55,27 @@ def test_a_count_of_rounds_past_any_federation_is_refused_before_the_rounds_are_
     # a federation directory whose federation.yaml claims as many: --status answers the same
     assert main(["federate", "--status", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().endswith("got 1000000000000")
+
+
+def test_status_reads_the_receipts_where_the_sites_profiles_and_configs_are_not(tmp_path, capsys) -> None:
+    """--status on a machine without the sites' cluster profiles or run configs (a copy of the directory
+    on a laptop): the table, and under it what this machine lacks, instead of the loader's refusal."""
+    fed_dir = tmp_path / "fed"
+    fed_dir.mkdir()
+    (fed_dir / "federation.yaml").write_text(
+        FEDERATION.replace("where: leonardo", "where: elsewhere-cluster") + "    config: /nowhere/site-leo.yaml\n"
+    )
+    (fed_dir / "round-000" / "here").mkdir(parents=True)
+    (fed_dir / "round-000" / "here" / "evaluated.json").write_text('{"eval_loss": 2.5}')
+    assert main(["federate", "--status", str(fed_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Federation plan-test: 0 of 2 rounds") and "base model: here 2.5000, leo -" in out
+    unreadable = out.split("## Not readable on this machine")[1].splitlines()[2:]
+    assert (
+        unreadable[0]
+        == "- sites[1] (leo).config: '/nowhere/site-leo.yaml' does not exist; give the site's run config YAML"
+    )
+    assert unreadable[1].startswith("- ") and "elsewhere-cluster" in unreadable[1]
+    # running it (which loads it so) is still refused, naming the same
+    with pytest.raises(ConfigError, match="elsewhere-cluster"):
+        load_federation(fed_dir)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from supertune.errors import UserError
 from supertune.federation.config.schema import AggregationConfig, FederationConfig, SiteConfig
 from supertune.federation.executors.builtin import slurm_training
+from supertune.federation.executors.builtin.executor import BuiltinExecutor
 from supertune.federation.rounds.attempt_policy import AttemptPolicy
 from supertune.federation.rounds.failures import FederationError
 from supertune.federation.rounds.loop import RoundWork, SiteWork
@@ -107,3 +109,55 @@ def test_without_a_quorum_or_a_deadline_a_job_that_failed_every_attempt_stops_th
         policy.wait(policy.start(policy.work.train, runner), runner)
     assert stopped.value.reason == "failed: killed by signal 9 (job FAILED)"
     assert str(stopped.value).startswith("there round 1: training job 44 ended FAILED without finishing")
+
+
+def _evaluation(tmp_path: Path, monkeypatch, retries: int, submissions: list) -> tuple[list, Callable[[], None]]:
+    """A SLURM site's evaluation by the built-in executor, its submissions scripted (a job id, or the
+    UserError sbatch's failure is); its job writes the receipt. Returns the submissions' record and the executor."""
+    site = SiteConfig(name="there", where="cluster")
+    fed = FederationConfig(name="f", sites=[site], site_retries=retries, poll_seconds=0.01)
+    sd = FederationDir(tmp_path).round(1).site("there")
+    w = SiteWork(site, 1, sd.config, sd.path, receipt=sd.evaluated)
+    tried: list = []
+
+    def submit_evaluation(work: SiteWork, model: Path) -> str:
+        tried.append(submissions[0])
+        got = submissions.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def wait_for_jobs(jobs, poll, changed, until=None) -> Iterator[tuple[str, JobState]]:
+        for name in list(jobs):
+            sd.path.mkdir(parents=True, exist_ok=True)
+            sd.evaluated.write_text('{"eval_loss": 2.0}')
+            yield name, _ended(jobs[name], "COMPLETED")
+
+    monkeypatch.setattr("supertune.federation.rounds.site_jobs.submit_evaluation", submit_evaluation)
+    monkeypatch.setattr("supertune.runs.wait.wait_for_jobs", wait_for_jobs)
+    executor = BuiltinExecutor(fed)
+    return tried, lambda: executor._evaluate([w], tmp_path / "g1")
+
+
+def test_a_failed_submission_of_an_evaluation_job_is_tried_again_within_site_retries(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Before, the first sbatch that failed (a login node gone for a moment) stopped the federation."""
+    refused = UserError("sbatch failed (exit 1): Socket timed out on send/recv operation")
+    tried, evaluate = _evaluation(tmp_path, monkeypatch, 1, [refused, "51"])
+    with caplog.at_level(logging.INFO, logger="supertune"):
+        evaluate()
+    assert len(tried) == 2 and (tmp_path / "round-001" / "there" / "evaluated.json").is_file()
+    assert (
+        "there round 1: submitting the evaluation job failed (attempt 1 of 2); trying again in 0.01s: sbatch failed"
+        in caplog.text
+    )
+    assert "there round 1: submitted evaluation job 51 to cluster" in caplog.text
+    # every attempt refused: the federation stops with the site, the job and the last error named
+    tried, evaluate = _evaluation(tmp_path / "again", monkeypatch, 1, [refused, refused])
+    with pytest.raises(FederationError) as stopped:
+        evaluate()
+    assert len(tried) == 2 and stopped.value.reason == "failed: submitting its evaluation job"
+    assert str(stopped.value).startswith(
+        "there round 1: submitting the evaluation job failed 2 time(s) (1 + site_retries): sbatch failed (exit 1)"
+    )

@@ -558,3 +558,41 @@ def test_a_site_still_training_at_the_deadline_is_ended_and_left_out(left_out: P
     assert attempt["outcome"] == "late: running after 15s" and started < attempt["start"] < attempt["end"]
     assert attempt["end"] >= started + 15
     assert _processes_mentioning(str(rd / "there")) == []  # nothing of the late site runs on
+
+
+def test_the_jobs_a_dropped_site_left_queued_are_cancelled_when_its_round_runs_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A round's earlier attempt left site-b's SLURM jobs queued; site-b is then dropped (--drop), and the
+    round runs again: its jobs are cancelled by name with the remaining sites' (Slurm's commands scripted).
+    Before, only the sites still in the federation were looked for, and site-b's jobs waited in its queue."""
+    from supertune.federation.config.load import federation_text, load_federation
+    from supertune.federation.executors.streamflow.executor import StreamFlowExecutor
+    from supertune.federation.rounds.loop import RoundWork
+    from supertune.federation.state.history import active_federation, drop_sites
+    from supertune.federation.state.layout import FederationDir
+
+    config = tmp_path / "federation.yaml"
+    config.write_text(yaml.safe_dump({"name": "sf", "rounds": 2, "executor": "streamflow", "sites": [
+        {"name": "a", "where": "leonardo"}, {"name": "b", "where": "leonardo", "login": "me@login.example.org",
+                                             "workdir": "/scratch/me/fed", "python": "/opt/venv/bin/python"},
+        {"name": "c"}]}))  # fmt: skip
+    fed, _ = load_federation(config)
+    root = FederationDir(tmp_path / "fed")
+    root.path.mkdir()
+    root.config.write_text(federation_text(fed))
+    drop_sites(fed, root, ["b"])
+    queued = {"sf-r001-b-train": ["41"], "sf-r001-b-evaluate": ["42"]}
+    asked, cancelled = [], []
+    monkeypatch.setattr(
+        "supertune.slurm.commands.named_jobs", lambda name, via=(): asked.append(name) or queued.get(name, [])
+    )
+    monkeypatch.setattr(
+        "supertune.slurm.commands.cancel_named", lambda name, via=(): cancelled.append((name, via[-2:]))
+    )
+    executor = StreamFlowExecutor(active_federation(fed, root), root)
+    work = RoundWork(1, tmp_path / "g0", tmp_path / "g1", root.round(1).averaged)
+    assert executor._cancel_jobs(work, {}, wait=False) == ""
+    assert asked == ["sf-r001-b-train", "sf-r001-b-evaluate"]
+    assert [name for name, _ in cancelled] == ["sf-r001-b-train", "sf-r001-b-evaluate"]
+    assert all("me@login.example.org" in via for _, via in cancelled)  # over ssh to its login node

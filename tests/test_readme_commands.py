@@ -250,3 +250,12 @@ def test_links_lead_somewhere(page):
         elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
             broken.append(link)
     assert not broken, f"{page}: links to nothing: {broken}"
+
+
+def test_the_fault_points_are_test_only_wherever_the_docs_name_them():
+    """SUPERTUNE_FAULT, SUPERTUNE_FAULT_ONCE and SUPERTUNE_FAULT_IN kill a process on purpose: a page that
+    names one (to say how a behaviour was tested) says that they are the suite's, and no setting."""
+    pages = [p for p in sorted((REPO / "docs").rglob("*.md")) if "SUPERTUNE_FAULT" in p.read_text(encoding="utf-8")]
+    assert len(pages) >= 3, pages
+    unsaid = [str(p.relative_to(REPO)) for p in pages if "test-only" not in p.read_text(encoding="utf-8")]
+    assert not unsaid, f"name the fault points as test-only (docs/development.md) in: {', '.join(unsaid)}"

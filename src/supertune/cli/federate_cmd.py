@@ -43,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--status",
         metavar="DIR",
-        help="print the per-round table of a federation directory, its dropped sites and failures, and exit",
+        help="print the per-round table of a federation directory, its dropped sites and failures, and exit (from "
+        "its receipts: the sites' configs and cluster profiles need not be on this machine)",
     )
     p.add_argument(
         "--dry-run",
@@ -59,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--site",
         metavar="NAME",
         help="run the agent of site NAME (executor: agents): FEDERATION is then the exchange (a directory or "
-        "ssh://[user@]host[:port]/path); it trains the site's rounds here and meets the coordinator there",
+        "ssh://[user@]host[:port]/path); it trains the site's rounds here and meets the coordinator there, waits "
+        "out an outage of the exchange, and stops when the coordinator drops the site (--drop)",
     )
     p.add_argument(
         "--submit",
@@ -138,11 +140,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 "--site NAME EXCHANGE: give the exchange (a directory or ssh://[user@]host[:port]/path), and no --drop/--skip-site"
             )
-        from ..federation.executors.agents.site_agent import run_agent
+        from ..federation.executors.agents.site_agent import run_agent_through_outages
 
         setup_logging()
-        agent_dir = run_agent(args.site, args.federation, args.dir)
-        print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}")
+        ended = run_agent_through_outages(args.site, args.federation, args.dir)
+        print(f"supertune: {ended.said}")
         return 0
 
     setup_logging()

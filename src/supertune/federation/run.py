@@ -221,14 +221,22 @@ def _other_settings(fed: FederationConfig, root: FederationDir) -> str:
 
 
 def federation_status(directory: str) -> str:
-    """The per-round table of a federation directory, from its receipts."""
+    """The per-round table of a federation directory, from its receipts alone: a machine without the
+    sites' run configs or cluster profiles (a laptop, another login node) reads it too, and is told
+    what it lacks to run the rounds, under the table."""
     from .reports.table import table_markdown
 
-    fed, resumed = load_federation(directory)
+    unreadable: list[str] = []
+    fed, resumed = load_federation(directory, unreadable)
     if resumed is None:
         raise UserError(f"--status: {directory!r} is not a federation directory (no federation.yaml)")
     if fed.mode == "buffered":
         from .reports.buffered_table import buffered_table_markdown
 
-        return buffered_table_markdown(fed, FederationDir(resumed))
-    return table_markdown(fed, FederationDir(resumed))
+        table = buffered_table_markdown(fed, FederationDir(resumed))
+    else:
+        table = table_markdown(fed, FederationDir(resumed))
+    if not unreadable:
+        return table
+    lines = ["", "## Not readable on this machine (the table needs none of it; running the rounds does)", ""]
+    return table + "\n".join(lines + [f"- {line}" for line in unreadable]) + "\n"

@@ -50,7 +50,8 @@ class ExecutorKind:
     site_checks: Callable[[str, SiteLogin], list[str]] = field(default=_no_problems)
     """Problems of one site's keys (where, site) -> lines."""
     checks: Callable[[Any], list[str]] = field(default=_no_problems)
-    """Problems of the federation's keys (a schema.FederationConfig) that only this executor reads."""
+    """Problems of the federation's keys (a schema.FederationConfig) that only this executor reads: the
+    files it needs on this machine (`federate --status` lists them as not readable here, refusing nothing)."""
     place: Callable[[Any, Any], str] | None = None
     """How `federate --dry-run` says where a site (fed, site) trains when the executor decides it; None:
     by the site's `where` and `login`."""

@@ -37,11 +37,15 @@ _SITE_KEYS = ("login", "workdir", "python")
 """Keys of a site that some executors use (ExecutorKind.site_keys) and the others refuse."""
 
 
-def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConfig, Path | None]:
+def load_federation(
+    path: str | os.PathLike[str] | None, unreadable: list[str] | None = None
+) -> tuple[FederationConfig, Path | None]:
     """(config, the directory it was loaded from: a federation directory to resume, else None).
 
     `path` is a federation YAML, a federation directory (its federation.yaml), or None for the
-    embedded default federation.
+    embedded default federation. With `unreadable` (a reader of the receipts, `--status`), what this
+    machine lacks (a site's run config, a cluster profile, an SSH key: needed to run the rounds, not
+    to read them) is appended there, one line each, instead of refusing the federation.
     """
     if path is None:
         from .default import default_federation
@@ -65,7 +69,7 @@ def load_federation(path: str | os.PathLike[str] | None) -> tuple[FederationConf
     fed = build_config(FederationConfig, data)
     server_defaults(fed)
     _absolute_paths(fed, p.absolute().parent)
-    problems = federation_problems(fed)
+    problems = federation_problems(fed, unreadable)
     if problems:
         raise ConfigError(problems)
     return fed, resumed
@@ -102,10 +106,12 @@ MAX_ROUNDS = 10_000
 """More rounds than any federation runs; a bound before every round is walked."""
 
 
-def federation_problems(fed: FederationConfig) -> list[str]:
+def federation_problems(fed: FederationConfig, unreadable: list[str] | None = None) -> list[str]:
     """Everything wrong with the federation's own settings, one line each (the sites' run configs are
-    checked by `federation.sites.resolve_sites`)."""
+    checked by `federation.sites.resolve_sites`). With `unreadable`, the files this machine lacks (a
+    site's run config, a cluster profile, streamflow.ssh_key) go there instead."""
     p: list[str] = []
+    here = p if unreadable is None else unreadable
     kind = executor_kind(fed)
     if not SITE_NAME.match(fed.name):
         p.append(f"name: {fed.name!r} cannot name the federation's folder and jobs; use letters, digits, '-' and '_'")
@@ -154,7 +160,7 @@ def federation_problems(fed: FederationConfig) -> list[str]:
             p.append(f"{where}.steps_per_round: must be at least 1, got {site.steps_per_round}")
         if site.config and kind.site_files_here and not Path(site.config).is_file():
             state = "is not a regular file" if Path(site.config).exists() else "does not exist"
-            p.append(f"{where}.config: {site.config!r} {state}; give the site's run config YAML")
+            here.append(f"{where}.config: {site.config!r} {state}; give the site's run config YAML")
         if site.weight is not None and not (math.isfinite(site.weight) and site.weight > 0):
             p.append(f"{where}.weight: must be a positive number, got {site.weight}")
         for key in _SITE_KEYS:
@@ -163,8 +169,8 @@ def federation_problems(fed: FederationConfig) -> list[str]:
                 p.append(f"{where}.{key}: only used with {users}; remove it or set {users}")
         p += kind.site_checks(where, site)
         if site.where != "local" and kind.site_files_here:  # else its profile is at its site
-            p += _cluster_problem(where, site.where)
-    p += kind.checks(fed)
+            here += _cluster_problem(where, site.where)
+    here += kind.checks(fed)
     weighted = [s.weight is not None for s in fed.sites]
     if any(weighted) and not all(weighted):
         p.append(

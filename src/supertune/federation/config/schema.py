@@ -151,7 +151,7 @@ class FederationConfig:
     exchange: str | None = None
     """executor: agents: where the sites and this machine meet, a directory (a filesystem all of them mount) or ssh://[user@]host[:port]/absolute/path."""
     site_retries: int = 0
-    """Times a site's failed training (non-zero exit, a checkpoint that does not match its manifest, a SLURM job sbatch could not submit: tried again poll_seconds later) is run again in the same round (within round_deadline), resuming from its latest checkpoint, before the site counts as failed."""
+    """Times a site's failed training (non-zero exit, a checkpoint that does not match its manifest, a SLURM job sbatch could not submit: tried again poll_seconds later) is run again in the same round (within round_deadline), resuming from its latest checkpoint, before the site counts as failed; a SLURM site's evaluation job that sbatch could not submit is tried again as often, poll_seconds apart."""
     round_deadline: str | None = None
     """Wall clock a round may take from its start, queue time included: 2h, 90m, 1h30m or seconds; then the round is averaged over the sites that finished (at least aggregation.min_sites), late sites' jobs are cancelled and they rejoin next round; empty: none."""
     poll_seconds: float = 5.0

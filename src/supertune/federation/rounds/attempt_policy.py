@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from ...errors import UserError
 from ..config.schema import FederationConfig
 from ..state.cost import record_attempt
 from ..state.records import Attempt
@@ -32,11 +33,12 @@ from .failures import FederationError
 from .loop import RoundWork, SiteWork
 from .quorum import leave_out_failed_sites
 
-__all__ = ["Ending", "FINISHED", "AttemptRunner", "AttemptPolicy"]
+__all__ = ["Ending", "FINISHED", "AttemptRunner", "AttemptPolicy", "submit_with_retries"]
 
 log = logging.getLogger("supertune")
 
 Handle = TypeVar("Handle")
+Submitted = TypeVar("Submitted")
 
 
 @dataclass(frozen=True)
@@ -198,3 +200,25 @@ class AttemptPolicy(Generic[Handle]):
             return False
         self.fail(w, ending.reason, tries)
         return True
+
+
+def submit_with_retries(fed: FederationConfig, label: str, what: str, submit: Callable[[], Submitted]) -> Submitted:
+    """`submit()` (a site's job handed to its scheduler, other than its training's attempts), tried again
+    `poll_seconds` later after a UserError (the cluster unreachable, sbatch refusing it), at most
+    1 + site_retries times in all, as a training's submission is: a blip of the network costs a pause,
+    not the federation. FederationError naming the site, the job and the last error once none is left."""
+    attempts, tries = 1 + fed.site_retries, 0
+    while True:
+        tries += 1
+        try:
+            return submit()
+        except UserError as exc:
+            if tries >= attempts:
+                raise FederationError(
+                    f"{label}: submitting the {what} job failed {tries} time(s) (1 + site_retries): {exc}; "
+                    "run the federation again to resubmit it",
+                    reason=f"failed: submitting its {what} job",
+                ) from None
+            log.warning("%s: submitting the %s job failed (attempt %d of %d); trying again in %gs: %s", label, what,
+                        tries, attempts, fed.poll_seconds, exc)  # fmt: skip
+            time.sleep(fed.poll_seconds)

@@ -28,6 +28,7 @@ from ....config.job_values import time_problem, time_seconds
 from ....errors import UserError
 from ....exchange import parse_exchange
 from ....rundir import RunDir
+from .exchange_wait import OUTAGE_WAIT
 
 if TYPE_CHECKING:
     from ....clusters.schema import ClusterProfile
@@ -40,9 +41,6 @@ CHAIN_DIR = "agent-job"
 DEFAULT_TIME = "04:00:00"
 OUTAGE_EXIT = 75
 """The agent's exit status when the exchange stayed unreachable (sysexits' EX_TEMPFAIL: try again later)."""
-OUTAGE_WAIT = 300
-"""Seconds a link waits after an outage before it submits the next link: the exchange's own retries
-have just waited 30 s, and an outage that outlasted them is more likely minutes than seconds."""
 LEAD = 120
 """Seconds before a link's time limit at which it stops the agent and submits the next link: enough
 for a Python start and one sbatch on a busy login node. SLURM may send the signal up to a minute

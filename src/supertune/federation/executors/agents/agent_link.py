@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging()
     try:
-        agent_dir = run_agent(args.site, args.exchange, args.dir)
+        ended = run_agent(args.site, args.exchange, args.dir)
     except ExchangeUnreachable as exc:  # an outage: the link script waits and submits the next link
         print(f"supertune: error: {exc}", file=sys.stderr, flush=True)
         return OUTAGE_EXIT
-    print(f"supertune: site {args.site}: every round done; its runs and receipts are in {agent_dir.path}", flush=True)
+    print(f"supertune: {ended.said}", flush=True)  # every round done, or the site dropped: the chain ends
     return 0

@@ -18,7 +18,14 @@ that has neither a result nor such a report at the deadline, is failed, and
 forgets the round's start, so that running the coordinator again starts the round again with a new
 start record, which the failed agents take as their cue to try again. The decision reaches the agents
 in the global model's record (`left_out`), and a site skipped before the round's training in its start
-record.
+record. The sites dropped from the federation (`--drop`) are put on the exchange (`dropped.json`) when
+the coordinator starts, and their agents, which ask for it while they wait, stop.
+
+A site left out late (no result at the exchange by the deadline) spent its node-hours all the same:
+its agent ends its training at the same deadline and reports its attempts after the decision (a
+failure report, or a result sent too late). The coordinator asks for them at the start of every round
+and while it waits for the evaluations, until the round after the late one, and keeps them as the
+site's `cost.json`, so that the table's cost columns count a late site too.
 """
 
 from __future__ import annotations
@@ -61,7 +68,9 @@ class AgentsExecutor:
     def run_round(self, work: RoundWork) -> None:
         if not self._config_put:
             self.exchange.put_file(self.root.config, names.CONFIG)
+            self._put_dropped()
             self._config_put = True
+        self._late_costs(work.number - 1)
         if work.train:
             self._publish(work.number - 1, work.previous)
             self._collect(work)
@@ -72,6 +81,16 @@ class AgentsExecutor:
         if work.evaluate:
             self._publish(work.number, work.global_model)
             self._wait_for_evaluations(work.evaluate, work.number)
+
+    def _put_dropped(self) -> None:
+        """The sites dropped from the federation (state/history.py) on the exchange, where their agents
+        read it and stop; put when it differs from what is there."""
+        from ...state.history import dropped_sites
+
+        dropped = dropped_sites(self.root)
+        if dropped and self.exchange.get_json(names.DROPPED) != dropped:
+            self.exchange.put_json(names.DROPPED, dropped)
+            log.info("dropped sites on the exchange, whose agents stop: %s", ", ".join(sorted(dropped)))
 
     def _publish(self, number: int, model: Path) -> None:
         """The global model of round `number` on the exchange: the start of the round that trains from it
@@ -117,6 +136,7 @@ class AgentsExecutor:
                 if record is not None:
                     take(w, record)
                     del pending[name]
+            self._late_costs(works[0].round if works else 0)
             return True if not pending else None
 
         wait_at_exchange(ask, self.fed.poll_seconds, lambda: f"{what} of {', '.join(sorted(pending))} at the exchange")
@@ -168,6 +188,35 @@ class AgentsExecutor:
                 # the failed sites' agents take as their cue to try again (with a deadline, already done).
                 forget_start(self.root.round(number))
                 raise
+
+    def _late_costs(self, latest: int) -> None:
+        """The cost.json of every site left out late of round `latest` or the one before without one, from
+        the attempts its agent reported since (for the round's start: a failure report, or a result sent
+        after the deadline); a site whose agent has said nothing yet is asked again next time, until the
+        round after. One or two reads of the exchange per such site."""
+        for number in range(max(1, latest - 1), latest + 1):
+            rd = self.root.round(number)
+            for site in self.fed.sites:
+                sd = rd.site(site.name)
+                left = read_receipt(sd.left_out)
+                if left is None or not str(left.get("reason") or "").startswith("late:") or sd.cost.is_file():
+                    continue
+                start = (read_receipt(rd.started) or {}).get("unix")
+                where = names.site_failed(site.name, number)
+                report = self.exchange.get_json(where)
+                if report is None or (start is not None and report.get("start") != start):
+                    where = names.site_record(site.name, number)
+                    report = self.exchange.get_json(where)
+                if report is None:
+                    continue
+                try:
+                    attempts = attempts_from(report.get("attempts"), where)
+                except UserError as exc:
+                    log.warning("%s round %d: its attempts' cost is not recorded: %s", site.name, number, exc)
+                    attempts = []
+                write_attempts(sd.cost, attempts)
+                log.info("%s round %d: left out late; the attempts its agent reported since are its cost (%d)",
+                         site.name, number, len(attempts))  # fmt: skip
 
     def _failure(self, w: SiteWork, report: dict) -> tuple[str, int]:
         """(reason, attempts) of a site whose agent reports that its training failed; its attempts' cost kept."""

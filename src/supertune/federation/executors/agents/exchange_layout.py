@@ -10,6 +10,8 @@ one rename) and checked on receipt against the record's table.
     global/start-NNN.json              the coordinator: {round, unix, deadline_s, left_out}: when round NNN's
                                        training started (its deadline counts from it), put before the global
                                        model it trains from, and put again when the round starts again
+    dropped.json                       the coordinator: {site: {from_round, unix}}: the sites dropped from the
+                                       federation (`supertune federate DIR --drop SITE`); their agents stop
     sites/<site>/round-NNN/<files>     the site's agent: what it sends after round NNN (a transfer package)
     sites/<site>/round-NNN.json        the site's agent: {round, files, step, tokens, samples, loss_tokens,
                                        eval_loss, seconds, attempts}
@@ -25,10 +27,11 @@ number and the site names the federation config checked, never read from a listi
 
 from __future__ import annotations
 
-__all__ = ["CONFIG", "global_files", "global_record", "round_start", "site_files", "site_record", "site_eval",
+__all__ = ["CONFIG", "DROPPED", "global_files", "global_record", "round_start", "site_files", "site_record", "site_eval",
            "site_failed"]  # fmt: skip
 
 CONFIG = "federation.yaml"
+DROPPED = "dropped.json"
 
 
 def global_files(number: int) -> str:

@@ -20,17 +20,27 @@ attempt (`site_retries` + 1) is reported (`sites/<site>/failed-NNN.json`) instea
 agent; a round decided without it (the global model's record names it, or its start record) is not
 trained, sent or evaluated, and the next round trains from the new global model; a round the
 coordinator starts again after stopping below its quorum (a new start record) is tried again.
+
+A site dropped from the federation (`supertune federate DIR --drop SITE`, which the coordinator puts on
+the exchange as `dropped.json`) is told there: its agent asks while it waits for a round and before it
+trains one, and stops (exit 0) with one line saying so, leaving its directory as it is.
+
+An outage of the exchange (ExchangeUnreachable, once the exchange's own retries gave up) does not end
+an agent run by hand (`run_agent_through_outages`): it waits OUTAGE_WAIT seconds and runs again from
+where it was, as its chain of jobs does between two links (agent_chain.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ....config.load import dump_config
 from ....errors import UserError
-from ....exchange import Exchange, parse_exchange
+from ....exchange import Exchange, ExchangeUnreachable, parse_exchange
 from ....file_table import size_and_sha256
 from ....resolve import resolve
 from ....transfer.package import PACKAGE_MANIFEST
@@ -38,15 +48,30 @@ from ...config.schema import FederationConfig, SiteConfig
 from ...state.layout import FederationDir
 from ...state.receipts import read_attempts, read_receipt, read_trained, write_receipt
 from . import exchange_layout as names
-from .exchange_wait import wait_at_exchange
+from .exchange_wait import OUTAGE_WAIT, wait_at_exchange
 
-__all__ = ["run_agent"]
+__all__ = ["run_agent", "run_agent_through_outages", "AgentEnd"]
 
 log = logging.getLogger("supertune")
 
 
-def run_agent(site_name: str, where: str, directory: str | None) -> FederationDir:
-    """Run the agent of `site_name` against the exchange `where` until the federation's last round."""
+@dataclass(frozen=True)
+class AgentEnd:
+    """How an agent ended without an error: every round done, or its site dropped from the federation."""
+
+    directory: FederationDir
+    """The agent's directory: its rounds, runs and receipts."""
+    said: str
+    """The one line that says so."""
+
+
+class _SiteDropped(Exception):
+    """The coordinator dropped this agent's site (dropped.json on the exchange): the agent stops."""
+
+
+def run_agent(site_name: str, where: str, directory: str | None) -> AgentEnd:
+    """Run the agent of `site_name` against the exchange `where` until the federation's last round, or
+    until the coordinator drops the site."""
     address = parse_exchange(where, "FEDERATION (the exchange, with --site)")
     with Exchange(address) as exchange:
         text = _wait_for_config(exchange, where)
@@ -60,8 +85,28 @@ def run_agent(site_name: str, where: str, directory: str | None) -> FederationDi
         root.path.mkdir(parents=True, exist_ok=True)
         root.config.write_text(text, encoding="utf-8")
         agent = _Agent(fed, site, root, exchange)
-        agent.run()
-        return root
+        try:
+            agent.run()
+        except _SiteDropped as dropped:
+            return AgentEnd(
+                root, f"site {site_name}: {dropped}; the agent stops (its runs and receipts stay in {root.path})"
+            )
+        return AgentEnd(root, f"site {site_name}: every round done; its runs and receipts are in {root.path}")
+
+
+def run_agent_through_outages(site_name: str, where: str, directory: str | None) -> AgentEnd:
+    """run_agent for an agent run by hand (`supertune federate --site NAME EXCHANGE`): an outage of the
+    exchange is waited out OUTAGE_WAIT seconds at a time, and the agent runs again from where it was (its
+    receipts and the exchange's records say where), for as long as the outage lasts; any other error
+    ends it. Each wait is said in the log; interrupt the agent to stop waiting."""
+    while True:
+        try:
+            return run_agent(site_name, where, directory)
+        except ExchangeUnreachable as exc:
+            log.warning("site %s: %s", site_name, exc)
+            log.warning("site %s: the exchange is unreachable; the agent tries again in %g s, from where it was",
+                        site_name, OUTAGE_WAIT)  # fmt: skip
+            time.sleep(OUTAGE_WAIT)
 
 
 def _wait_for_config(exchange: Exchange, where: str) -> str:
@@ -119,9 +164,18 @@ class _Agent:
         self.plan = SitePlan(self.site, resolution.config, dump_config(resolution.config))
         keep_site_configs(self.root, {self.site.name: self.plan.text})
 
+    def _check_dropped(self) -> None:
+        """_SiteDropped when the coordinator has dropped this site (one read of the exchange)."""
+        dropped = (self.exchange.get_json(names.DROPPED) or {}).get(self.site.name)
+        if dropped is not None:
+            since = dropped.get("from_round") if isinstance(dropped, dict) else None
+            when = f" from round {since} on" if isinstance(since, int) else ""
+            raise _SiteDropped(f"dropped from federation {self.fed.name}{when} by its coordinator (--drop)")
+
     def run(self) -> None:
         name = self.site.name
         previous: Path | None = None
+        self._check_dropped()
         for number in range(0, self.fed.rounds + 1):
             record = self._wait_for_global(number, previous)
             model = self._global_model(number, record)
@@ -144,6 +198,7 @@ class _Agent:
         its quorum and was run again), the site tries again."""
 
         def ask() -> dict | None:
+            self._check_dropped()
             record = self.exchange.get_json(names.global_record(number))
             if record is None and previous is not None and self._started_again(number):
                 self._train_round(number, previous)
@@ -192,6 +247,7 @@ class _Agent:
         name = self.site.name
         if self.exchange.get_json(names.site_record(name, number)) is not None:
             return
+        self._check_dropped()
         start = wait_at_exchange(
             lambda: self.exchange.get_json(names.round_start(number)),
             self.fed.poll_seconds,

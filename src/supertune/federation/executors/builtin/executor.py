@@ -117,9 +117,12 @@ class BuiltinExecutor:
         self._wait(works, jobs, "evaluation", lambda w: w.receipt is not None and w.receipt.is_file())
 
     def _submit_evaluation(self, w: SiteWork, model: Path) -> str:
+        """The site's evaluation job submitted; a failed submission is tried again poll_seconds later,
+        within site_retries, as a training's is (attempt_policy.submit_with_retries)."""
+        from ...rounds.attempt_policy import submit_with_retries
         from ...rounds.site_jobs import submit_evaluation
 
-        job_id = submit_evaluation(w, model)
+        job_id = submit_with_retries(self.fed, w.label, "evaluation", lambda: submit_evaluation(w, model))
         log.info("%s: submitted evaluation job %s to %s", w.label, job_id, w.site.where)
         return job_id
 

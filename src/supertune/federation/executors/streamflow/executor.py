@@ -9,7 +9,8 @@ says is taken on trust: a SLURM job cancelled by scancel ends with exit code 0 a
 success there, so every expected output is read and checked here before the round's receipts are
 written, as the built-in executor writes them. After a failed or interrupted run, the round's SLURM
 jobs are cancelled by name (StreamFlow's own cleanup leaves them running), and so is what an
-earlier attempt of the round left behind, before the round runs again.
+earlier attempt of the round left behind, before the round runs again: the jobs of a site dropped
+since (`--drop`) too, which would otherwise wait in its queue and then train for nothing.
 
 With a quorum, retries or a deadline (aggregation.min_sites, site_retries, round_deadline) a round
 runs in two parts: its training, as workflows of train steps that report a failed training instead of
@@ -56,6 +57,8 @@ class StreamFlowExecutor:
         self._command: str | None = None
         self._checked: set[str] = set()
         """Sites with login whose config was checked at the site by this process."""
+        self._dropped = _dropped_slurm_sites(root)
+        """The SLURM sites dropped from the federation (fed holds only the others): (name, login)."""
 
     def run_round(self, work: RoundWork) -> None:
         if not (work.train or work.average or work.evaluate):
@@ -231,27 +234,40 @@ class StreamFlowExecutor:
         from ....slurm.commands import cancel_named, named_jobs
 
         problems = []
-        for place in places.values():
-            if place.services is None:
-                continue
-            via = login_ssh_words(place.login, self.fed.streamflow.ssh_key) if place.login else []
+        sites = [(place.name, place.login) for place in places.values() if place.services is not None]
+        for site, login in [*sites, *self._dropped]:
+            via = login_ssh_words(login, self.fed.streamflow.ssh_key) if login else []
             for service in SERVICES:
-                name = job_name(self.fed, work.number, place.name, service)
+                name = job_name(self.fed, work.number, site, service)
                 try:
                     if not named_jobs(name, via):
                         continue
                     log.info(
-                        "round %d: cancelling the SLURM jobs named %s%s",
+                        "round %d: cancelling the SLURM jobs named %s%s%s",
                         work.number,
                         name,
-                        f" at {place.login}" if place.login else "",
+                        f" at {login}" if login else "",
+                        " (a dropped site's)" if (site, login) in self._dropped else "",
                     )
                     cancel_named(name, via)
                     deadline = time.monotonic() + 300
                     while wait and named_jobs(name, via) and time.monotonic() < deadline:
                         time.sleep(self.fed.poll_seconds)
                 except UserError as exc:
-                    problems.append(f"{name}{f' at {place.login}' if place.login else ''}: {exc}")
+                    problems.append(f"{name}{f' at {login}' if login else ''}: {exc}")
         if problems:
             return "; could not cancel the round's SLURM jobs by name (cancel them by hand): " + "; ".join(problems)
         return ""
+
+
+def _dropped_slurm_sites(root: FederationDir) -> list[tuple[str, str | None]]:
+    """(name, login) of the SLURM sites dropped from the federation in `root` (state/history.py), read
+    from its federation.yaml, which keeps every site; none without a drop."""
+    from ...config.load import load_federation
+    from ...state.history import dropped_sites
+
+    dropped = dropped_sites(root)
+    if not dropped or not root.config.is_file():
+        return []
+    everyone, _ = load_federation(root.path, unreadable=[])  # only names and logins are needed
+    return [(s.name, s.login) for s in everyone.sites if s.name in dropped and s.where != "local"]
