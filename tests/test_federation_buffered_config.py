@@ -187,3 +187,13 @@ def test_plan_and_skip_site_are_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"^--skip-site: mode: buffered") as refused:
         federate(str(fed_dir), None, skip=["a"])
     assert "\n" not in str(refused.value)
+
+
+def test_every_mode_the_schema_accepts_has_its_record() -> None:
+    import typing
+
+    from supertune.federation.config.schema import FederationConfig
+    from supertune.federation.modes import MODES
+
+    accepted = typing.get_args(typing.get_type_hints(FederationConfig)["mode"])
+    assert set(accepted) == set(MODES) and all(MODES[name].name == name for name in MODES)

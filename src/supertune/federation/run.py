@@ -9,6 +9,7 @@ from ..errors import UserError
 from ..output_dirs import check_output_dir, make_output_dir
 from .config.load import federation_text, load_federation
 from .config.schema import FederationConfig
+from .modes import federation_mode
 from .state.layout import FederationDir
 
 __all__ = ["federate", "federation_plan", "federation_cost_plan", "federation_status", "federation_dir"]
@@ -34,12 +35,12 @@ def federate(
     `skip` out of the next round; returns its directory."""
     from .config.executors import start_executor
     from .config.sites import resolve_sites
-    from .rounds.loop import run_rounds
     from .state.history import active_federation, drop_sites, first_unfinished_round, record_failure
 
     fed, resumed = load_federation(path)
-    if skip and fed.mode == "buffered":
-        raise UserError("--skip-site: mode: buffered has no round to leave a site out of; use --drop to stop a site")
+    mode = federation_mode(fed)
+    if skip:
+        mode.refuse("--skip-site")
     root = federation_dir(fed, resumed, explicit_dir)
     text = federation_text(fed)
     if root.config.is_file():
@@ -75,12 +76,7 @@ def federate(
     if not root.config.is_file():  # made only now, so that a refused federation leaves nothing behind
         make_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
         root.config.write_text(text, encoding="utf-8")
-    if fed.mode == "buffered":
-        from .rounds.buffered import run_buffered
-
-        run_buffered(active, plans, root, start_executor(active, root), everyone=fed)
-    else:
-        run_rounds(active, plans, root, start_executor(active, root), everyone=fed)
+    mode.run(active, plans, root, start_executor(active, root), everyone=fed)
     return root
 
 
@@ -102,14 +98,10 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
     plans = resolve_sites(fed)
     state = "resumed from its receipts" if root.config.is_file() else "new"
     kind = executor_kind(fed)
+    mode = federation_mode(fed)
     a = fed.aggregation
-    rounds = (
-        f"{fed.rounds} rounds"
-        if fed.mode == "synchronous"
-        else f"mode buffered: {fed.rounds} versions of K={a.buffer_size} changes, staleness {a.staleness.kind}"
-    )
     lines = [
-        f"# federation {fed.name}: {len(fed.sites)} sites, {rounds}, executor {fed.executor}, "
+        f"# federation {fed.name}: {len(fed.sites)} sites, {mode.rounds_text(fed)}, executor {fed.executor}, "
         f"aggregation {a.weights} weights, server optimizer {a.server_optimizer}",
         f"# directory {root.path} ({state}); dry run: nothing written, nothing started",
     ]
@@ -125,14 +117,8 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
             if site.where != "local"
             else f"on this machine ({cfg.launch.nproc} process(es))"
         )
-        until = site.until_round or fed.rounds
-        each = (
-            f"rounds {site.from_round}-{until}, {site.steps_per_round} steps each"
-            if fed.mode == "synchronous"
-            else f"{site.steps_per_round} steps per change, from the newest version"
-        )
         lines.append(
-            f"# site {site.name}: {each}, {place}, "
+            f"# site {site.name}: {mode.site_text(fed, site)}, {place}, "
             + (
                 "its run config read there"
                 if not kind.site_files_here
@@ -166,11 +152,7 @@ def federation_cost_plan(path: str | None, explicit_dir: str | None, link: str |
 
     measured = read_link(link) if link else None
     fed, resumed = load_federation(path)
-    if fed.mode == "buffered":
-        raise UserError(
-            "--plan: the cost forecast of mode: buffered is not written yet (it forecasts rounds); "
-            "see the versions so far with --status"
-        )
+    federation_mode(fed).refuse("--plan")
     root = federation_dir(fed, resumed, explicit_dir)
     if not root.config.is_file():
         check_output_dir(root.path, _dir_option(fed, explicit_dir), "federation (federation.yaml)")
@@ -224,18 +206,11 @@ def federation_status(directory: str) -> str:
     """The per-round table of a federation directory, from its receipts alone: a machine without the
     sites' run configs or cluster profiles (a laptop, another login node) reads it too, and is told
     what it lacks to run the rounds, under the table."""
-    from .reports.table import table_markdown
-
     unreadable: list[str] = []
     fed, resumed = load_federation(directory, unreadable)
     if resumed is None:
         raise UserError(f"--status: {directory!r} is not a federation directory (no federation.yaml)")
-    if fed.mode == "buffered":
-        from .reports.buffered_table import buffered_table_markdown
-
-        table = buffered_table_markdown(fed, FederationDir(resumed))
-    else:
-        table = table_markdown(fed, FederationDir(resumed))
+    table = federation_mode(fed).status_table(fed, FederationDir(resumed))
     if not unreadable:
         return table
     lines = ["", "## Not readable on this machine (the table needs none of it; running the rounds does)", ""]
