@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 from .model_verify_args import add_verify_arguments, verify_mode
 
 if TYPE_CHECKING:
-    from ..config.schema import EvaluationConfig
+    from ..config.schema import EvaluationConfig, RunConfig
 
 DESCRIPTION = (
     "Print the loss and perplexity of a saved model. A model inside a run directory is evaluated with that "
     "run's data settings (block size, template, text field) unless overridden; without --data, on the run's "
-    "validation data (the embedded corpus's for the default run). With --tasks, run lm-evaluation-harness "
+    "validation data (the embedded corpus's for the default run). The model of a preference run, or any model "
+    "with training.objective=dpo|orpo|simpo|kto, reports the objective's loss, preference accuracy "
+    "(rewards/accuracies) and mean margin (rewards/margins) on preference rows instead. With --tasks, run lm-evaluation-harness "
     "tasks on it instead, offline from local data, and record the scores beside the model (its run directory, "
     "its federation, or the model directory): benchmarks.jsonl and benchmarks.md. With --tasks --submit, as a SLURM "
     "job on the cluster of the model's run (or --cluster)."
@@ -26,6 +28,8 @@ def epilog() -> str:
         "  supertune eval runs/supertune-20261121-101500/model\n"
         "  supertune eval ./my-model --data valid.jsonl data.block_size=512\n"
         "  supertune eval ./my-chat-model --data conversations.jsonl data.format=chat   # loss over the answers\n"
+        "  supertune eval runs/dpo-run/model   # a preference run's model: loss, preference accuracy, mean margin\n"
+        "  supertune eval ./my-model --data pairs.jsonl training.objective=dpo model.name_or_path=./base-model\n"
         "  supertune eval runs/supertune-20261121-101500/model --tasks supertune_corpus   # the embedded benchmark\n"
         "  supertune eval federations/fed/round-003/global --tasks hellaswag,arc_easy --limit 200\n"
         "  supertune eval runs/supertune-20261121-101500/model --tasks hellaswag --submit --time 01:00:00   # a job on the run's cluster\n"
@@ -67,24 +71,32 @@ def run(args: argparse.Namespace) -> int:
         return _benchmarks(args)
     _submit_only(args)
     from ..config.load import read_saved_sections
+    from ..config.objectives import KNOB_DEFAULTS
     from ..evaluation.perplexity import evaluate_saved_model
     from ..resolve import resolve
     from ..rundir import run_of_model
 
     base: dict = {}
     run = run_of_model(args.model)
-    if run is not None:
-        saved = read_saved_sections(
-            run.config, "supertune writes it when a run starts: restore it, or copy the model out of the run"
-        )
-        # The run's seed too: it chose the validation split (data.validation_split_percentage) and the
-        # shuffled sample; another seed would evaluate on documents the run trained on.
-        training = {k: v for k, v in saved.get("training", {}).items() if k in ("per_device_eval_batch_size", "seed")}
-        base = {"data": saved.get("data", {}), "training": training}
     overrides = list(args.overrides)
     if args.data:  # `--data a.jsonl key=value`: nargs="+" also swallows the overrides that follow
         overrides += [x for x in args.data if "=" in x]
         args.data = [x for x in args.data if "=" not in x]
+    objective = _asked_objective(overrides)
+    if run is not None:
+        saved = read_saved_sections(
+            run.config, "supertune writes it when a run starts: restore it, or copy the model out of the run"
+        )
+        trained = saved.get("training", {})
+        objective = objective or trained.get("objective", "sft")
+        # The run's seed too: it chose the validation split (data.validation_split_percentage) and the
+        # shuffled sample; another seed would evaluate on documents the run trained on.
+        keep = {"per_device_eval_batch_size", "seed"}
+        if objective == trained.get("objective", "sft"):  # its preference knobs (beta, ...) with its objective
+            keep |= {"objective", *KNOB_DEFAULTS}
+        base = {"data": saved.get("data", {}), "training": {k: v for k, v in trained.items() if k in keep}}
+        if objective != "sft":  # the reference of dpo and kto is the run's start model
+            base["model"] = saved.get("model", {})
     if args.data:
         base.setdefault("data", {}).update(
             validation_files=[], dataset_name=None, dataset_config=None, streaming=False, store=None
@@ -96,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size is not None:
         overrides.append(f"training.per_device_eval_batch_size={args.batch_size}")
     cfg = resolve(None, overrides, base=base, base_name=f"run {run.path}" if run else "base").config
+    if cfg.training.objective != "sft":
+        return _preference(args, cfg, started_from_run=run is not None)
     metrics = evaluate_saved_model(args.model, cfg, verify_mode(args))
     over = (
         ""
@@ -105,6 +119,34 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"eval loss {metrics['eval_loss']:.6f}  perplexity {metrics['perplexity']:.4f}{over}  ({metrics['sequences']} sequences, {metrics['tokens']} tokens)"
     )
+    return 0
+
+
+def _asked_objective(overrides: list[str]) -> str | None:
+    """training.objective as an override gives it (the last one wins, as in resolve), else None."""
+    asked = [o.partition("=")[2].strip() for o in overrides if o.partition("=")[0].strip() == "training.objective"]
+    return asked[-1] if asked else None
+
+
+def _preference(args: argparse.Namespace, cfg: RunConfig, started_from_run: bool) -> int:
+    from ..config.objectives import OBJECTIVES
+    from ..errors import UserError
+    from ..train.preference.preference_eval import evaluate_preference_model
+
+    t = cfg.training
+    if OBJECTIVES[t.objective].reference and not started_from_run and cfg.model.name_or_path is None:
+        raise UserError(
+            f"model.name_or_path: training.objective={t.objective} measures MODEL against the model its training "
+            "started from, and MODEL is no run's model; give that start model, e.g. model.name_or_path=./base-model"
+        )
+    m = evaluate_preference_model(args.model, cfg, verify_mode(args))
+    rows = f"{m['rows']} {'pairs' if OBJECTIVES[t.objective].rows == 'pairs' else 'rows'}"
+    headline = {"rewards/accuracies": "preference accuracy", "rewards/margins": "mean margin"}
+    shown = [f"eval loss {m['eval_loss']:.6f} (training.objective={t.objective})"]
+    shown += [f"{what} ({name}) {m['eval_' + name]:.6f}" for name, what in headline.items() if "eval_" + name in m]
+    print("  ".join(shown) + f"  ({rows})")
+    rest = [k.removeprefix("eval_") for k in m if k.startswith("eval_") and k != "eval_loss"]
+    print("  ".join(f"{name} {m['eval_' + name]:.6f}" for name in rest if name not in headline))
     return 0
 
 

@@ -69,12 +69,17 @@ def _embedded(d: DataConfig) -> tuple[Path, Path]:
 
 
 def load_raw_splits(
-    d: DataConfig, seed: int, embedded: tuple[Path, Path] | None = None, needed: list[tuple[str, str]] | None = None
+    d: DataConfig,
+    seed: int,
+    embedded: tuple[Path, Path] | None = None,
+    needed: list[tuple[str, str]] | None = None,
+    needed_fix: str = "",
 ) -> RawSplits:
     """Load the configured documents and their validation split (data.validation_split: files, a
     dataset's split, or validation_split_percentage held out), each cut to max_*_samples (data.sample).
     `embedded`: the (train, validation) files standing in for no data instead of data.format's;
-    `needed`: the columns the rows must have instead of data.format's, as (config key, column) pairs."""
+    `needed`: the columns the rows must have instead of data.format's, as (config key, column) pairs;
+    `needed_fix` ends the error of a missing one."""
     if d.dataset_name:
         loaded = load_hub_dataset(d)
         split = validation_split_name(d, list(loaded))
@@ -99,7 +104,7 @@ def load_raw_splits(
     if needed is None:
         _check_columns(d, columns)
     else:
-        _check_needed(needed, columns)
+        _check_needed(needed, columns, needed_fix)
     return RawSplits(train, validation, columns, validation_from)
 
 
@@ -363,12 +368,13 @@ def _check_columns(d: DataConfig, columns: list[str]) -> None:
         raise UserError(f"{field}: column {missing[0]!r} is not in the data (columns: {', '.join(columns)}){hint}")
 
 
-def _check_needed(needed: list[tuple[str, str]], columns: list[str]) -> None:
+def _check_needed(needed: list[tuple[str, str]], columns: list[str], fix: str) -> None:
     if not columns:
         return
     for key, column in needed:
         if column not in columns:
-            raise UserError(f"{key}: column {column!r} is not in the data (columns: {', '.join(columns)})")
+            end = f"; {fix}" if fix else ""
+            raise UserError(f"{key}: column {column!r} is not in the data (columns: {', '.join(columns)}){end}")
 
 
 def _template_fields(template: str) -> list[str]:

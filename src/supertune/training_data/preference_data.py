@@ -133,7 +133,9 @@ def build_preference_data(
 ) -> TrainingData:
     """Load, encode and check the rows of training.objective (pairs or unpaired), as TrainingData."""
     unpaired = OBJECTIVES[objective].rows == "unpaired"
-    raw = load_raw_splits(d, seed, embedded=_embedded(unpaired), needed=_needed(d, unpaired))
+    shape = "{prompt, completion, label}" if unpaired else "{prompt, chosen, rejected}"
+    fix = f"training.objective={objective} reads {shape} rows: give such data, or name the column that holds it"
+    raw = load_raw_splits(d, seed, embedded=_embedded(unpaired), needed=_needed(d, unpaired), needed_fix=fix)
     train = _encode_split(raw.train, d, tokenizer, "the training split", unpaired)
     validation = _encode_split(raw.validation, d, tokenizer, "the validation split", unpaired)
     if not len(train) or not len(validation):

@@ -13,7 +13,7 @@ from ...launch.environment import LaunchEnvironment
 from ...training_data.pipeline import TrainingData, build_training_data
 from ...training_data.preference_data import build_preference_data
 from ..preference.preference_reference import attach_reference
-from ..preference.preference_trainer import reference_kind
+from ..preference.preference_scoring import reference_kind
 
 __all__ = ["build_run_data", "final_evaluation", "is_preference"]
 
