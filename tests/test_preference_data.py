@@ -210,3 +210,26 @@ def test_the_objectives_table_in_the_docs_is_the_generated_one():
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "preference.md").read_text(encoding="utf-8")
     assert objectives_markdown() in page, "regenerate the objectives table of docs/preference.md"
+
+
+def test_a_preference_objective_on_the_embedded_pairs_trains_long_enough_to_learn_them(tmp_path):
+    """With no data given, a preference objective takes the steps and learning rate the embedded pairs
+    need (each where no layer sets it, named in --origin); with data, for sft, or where the user set
+    them, nothing changes."""
+    from supertune.resolve import resolve
+    from supertune.resolve.resolve import EMBEDDED_PAIRS_RULE
+
+    def settings(*overrides: str) -> tuple[int, float, dict[str, str]]:
+        r = resolve(None, list(overrides))
+        named = {layer.name for layer in r.layers}
+        return r.config.training.max_steps, r.config.training.learning_rate, named
+
+    steps, lr, layers = settings("training.objective=dpo")
+    assert (steps, lr) == (400, 3e-3) and EMBEDDED_PAIRS_RULE in layers
+    assert settings("training.objective=kto", "training.max_steps=7")[:2] == (7, 3e-3)
+    assert settings("training.objective=dpo", "training.max_steps=7", "training.learning_rate=1e-3")[:2] == (7, 1e-3)
+    assert settings()[:2] == (120, 2e-3)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
+    steps, lr, layers = settings("training.objective=dpo", f"data.train_files=[{pairs}]")
+    assert (steps, lr) == (120, 2e-3) and EMBEDDED_PAIRS_RULE not in layers

@@ -163,7 +163,7 @@ class TrainingConfig:
     """Optimisation and bookkeeping; names and meanings are those of transformers' TrainingArguments."""
 
     objective: Annotated[str, OneOf(objective_names)] = "sft"
-    """What the loss is (docs/preference.md): sft (next-token prediction on the data, as data.format says), or preference tuning on {prompt, chosen, rejected} rows: dpo (with training.dpo_loss), orpo, simpo (no reference model); or on {prompt, completion, label} rows: kto. With no data files, the preference objectives train on the embedded preference pairs."""
+    """What the loss is (docs/preference.md): sft (next-token prediction on the data, as data.format says), or preference tuning on {prompt, chosen, rejected} rows: dpo (with training.dpo_loss), orpo, simpo (no reference model); or on {prompt, completion, label} rows: kto. With no data files, the preference objectives train on the embedded preference pairs, 400 steps at learning rate 3e-3 where the config sets neither."""
     beta: float = 0.1
     """Preference objectives: dpo and kto, the strength of the pull towards the reference model (TRL's and LLaMA-Factory's beta); simpo, the reward scale (the paper uses 2 to 10); orpo, the weight of the odds-ratio term (the paper's lambda, TRL's beta)."""
     dpo_loss: Literal["sigmoid", "ipo", "hinge"] = "sigmoid"

@@ -20,6 +20,7 @@ from ..clusters.schema import ClusterProfile
 from ..config.build import build_config, build_config_and_problems
 from ..config.errors import ConfigError
 from ..config.load import absolute_paths
+from ..config.objectives import objective_names
 from ..config.overrides import OverrideValue, parse_overrides
 from ..config.schema import RunConfig
 from ..config.validate import config_problems
@@ -79,6 +80,7 @@ def resolve(
     profile, profile_layer = _profile_layer(_cluster_name(merge_layers(user_layers)), problems)
     layers = ([profile_layer] if profile_layer else []) + user_layers
     layers += _epochs_layer(layers)
+    layers += _embedded_pairs_layer(layers)
     # An unknown key or a wrong type leaves its field at the default: the rest is checked as well,
     # so the user sees every problem of the config in one error.
     cfg, build_problems = build_config_and_problems(RunConfig, merge_layers(layers))
@@ -106,6 +108,35 @@ def _epochs_layer(layers: list[Layer]) -> list[Layer]:
     if "training.num_train_epochs" in found and "training.max_steps" not in found:
         return [Layer(EPOCHS_RULE, {"training": {"max_steps": -1}})]
     return []
+
+
+EMBEDDED_PAIRS_RULE = "a preference objective on the embedded pairs (no data given)"
+"""The layer that sets the steps and learning rate the embedded preference pairs need (its name in --origin)."""
+EMBEDDED_PAIRS_SETTINGS = {"max_steps": 400, "learning_rate": 3e-3}
+"""DPO from fresh weights on the embedded pairs learns to copy a word of the prompt late and then at
+once: held-out preference accuracy 0.68 at step 100, 0.89 at 200, 0.955 at 300 and at 400 with these
+(0.81 after 250 steps: the schedule decays sooner); the default 120 steps at 2e-3 stay near chance."""
+
+
+def _embedded_pairs_layer(layers: list[Layer]) -> list[Layer]:
+    """training.max_steps and learning_rate of EMBEDDED_PAIRS_SETTINGS, where no layer sets them, for a
+    preference objective with no data given (the embedded pairs stand in, as the corpus does for sft)."""
+    merged = merge_layers(layers)
+    training, data = merged.get("training") or {}, merged.get("data") or {}
+    if not isinstance(training, dict) or not isinstance(data, dict):
+        return []  # a section that is no mapping: the build names it
+    objective = training.get("objective", "sft")
+    objective = objective.raw if isinstance(objective, OverrideValue) else objective  # the command line's text
+    given = [data.get(key) for key in ("train_files", "dataset_name", "store")]
+    if (
+        objective == "sft"
+        or objective not in objective_names()
+        or any((v.parsed if isinstance(v, OverrideValue) else v) for v in given)
+    ):
+        return []
+    found = origins(layers)
+    unset = {k: v for k, v in EMBEDDED_PAIRS_SETTINGS.items() if f"training.{k}" not in found}
+    return [Layer(EMBEDDED_PAIRS_RULE, {"training": unset})] if unset else []
 
 
 def resolve_run_config(
