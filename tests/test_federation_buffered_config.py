@@ -197,3 +197,23 @@ def test_every_mode_the_schema_accepts_has_its_record() -> None:
 
     accepted = typing.get_args(typing.get_type_hints(FederationConfig)["mode"])
     assert set(accepted) == set(MODES) and all(MODES[name].name == name for name in MODES)
+
+
+def test_a_site_dropped_from_a_buffered_federation_is_dropped_from_the_next_version(tmp_path) -> None:
+    """The versions published so far are finished rounds (published.json, as averaged.json is for a
+    synchronous round): a site dropped after two of four versions is dropped from version 3 on."""
+    from supertune.federation.config.schema import FederationConfig, SiteConfig
+    from supertune.federation.state.history import drop_sites, dropped_sites, first_unfinished_round
+    from supertune.federation.state.layout import FederationDir
+    from supertune.federation.state.receipts import write_published
+    from supertune.federation.state.records import PublishedVersion
+
+    fed = FederationConfig(mode="buffered", rounds=4, sites=[SiteConfig(name=n) for n in ("a", "b", "c")])
+    root = FederationDir(tmp_path)
+    assert first_unfinished_round(fed, root) == 1
+    for n in (1, 2):
+        published = PublishedVersion(n, str(root.round(n).global_model), "base", [2 * n - 1, 2 * n], [0.5, 0.5], 1.0)
+        write_published(root.round(n).published, published)
+    assert first_unfinished_round(fed, root) == 3
+    drop_sites(fed, root, ["c"])
+    assert dropped_sites(root)["c"]["from_round"] == 3

@@ -26,7 +26,15 @@ from ..config.schema import FederationConfig
 from .layout import FederationDir
 from .receipts import read_receipt
 
-__all__ = ["dropped_sites", "drop_sites", "active_federation", "first_unfinished_round", "record_failure", "failures"]
+__all__ = [
+    "dropped_sites",
+    "drop_sites",
+    "active_federation",
+    "first_unfinished_round",
+    "round_finished",
+    "record_failure",
+    "failures",
+]
 
 log = logging.getLogger("supertune")
 
@@ -54,7 +62,7 @@ def drop_sites(fed: FederationConfig, root: FederationDir, names: list[str]) -> 
     for name in names:
         if name not in known:
             raise UserError(f"--drop: {name!r} is not a site of this federation; its sites are {', '.join(known)}")
-    if read_receipt(root.round(fed.rounds).averaged) is not None:
+    if round_finished(root, fed.rounds):
         raise UserError(
             f"--drop: the federation in {root.path} has finished all its {fed.rounds} rounds; nothing is left to drop a site from"
         )
@@ -80,9 +88,17 @@ def active_federation(fed: FederationConfig, root: FederationDir) -> FederationC
     return dataclasses.replace(fed, sites=[s for s in fed.sites if s.name not in dropped])
 
 
+def round_finished(root: FederationDir, number: int) -> bool:
+    """Whether round `number` has its average recorded: averaged.json of a synchronous round, or
+    published.json of a buffered federation's version `number` (each mode writes only its own)."""
+    rd = root.round(number)
+    return read_receipt(rd.averaged) is not None or read_receipt(rd.published) is not None
+
+
 def first_unfinished_round(fed: FederationConfig, root: FederationDir) -> int:
-    """The first round without its average (round 0 while the base model's evaluations are missing is not told apart)."""
-    return next((n for n in range(1, fed.rounds + 1) if read_receipt(root.round(n).averaged) is None), fed.rounds)
+    """The first round (or buffered version) without its average (round 0 while the base model's
+    evaluations are missing is not told apart)."""
+    return next((n for n in range(1, fed.rounds + 1) if not round_finished(root, n)), fed.rounds)
 
 
 def record_failure(fed: FederationConfig, root: FederationDir, number: int, error: str) -> None:
