@@ -51,6 +51,7 @@ def _federation(tmp_path: Path) -> Path:
         "mode": "buffered",
         "base_config_overrides": {"num_hidden_layers": 1},
         "rounds": VERSIONS,
+        "site_retries": 1,
         # a server optimizer with state: each version's momentum is read back by the next
         "aggregation": {
             "buffer_size": K,
@@ -90,10 +91,15 @@ def _version_files(fed_dir: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def buffered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The federation, whose slow site's first task is killed (SIGKILL) at step 1 of its first attempt:
+    site_retries: 1 tries it again."""
     root = tmp_path_factory.mktemp("buffered")
     fed_dir = root / "fed"
-    proc = _federate(str(_federation(root)), "--dir", str(fed_dir))
+    fault = {"SUPERTUNE_FAULT": "step@1", "SUPERTUNE_FAULT_IN": "buffered/slow/task-001/",
+             "SUPERTUNE_FAULT_ONCE": str(root / "killed-once")}  # fmt: skip
+    proc = _federate(str(_federation(root)), "--dir", str(fed_dir), env=fault)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "slow task 1: attempt 1 of 2 failed; trying again" in proc.stderr, proc.stderr[-4000:]
     return fed_dir
 
 
@@ -113,6 +119,13 @@ def test_fast_sites_contribute_more_and_the_slow_one_is_staler(buffered: Path) -
         assert a["tokens"] == steps * 16 * 128  # steps x global batch x block
         assert a["weight"] == a["tokens"] * staleness_weight("polynomial", A, 0, a["staleness"])
         assert a["weight"] == pytest.approx(a["tokens"] * (a["staleness"] + 1) ** -A)
+
+
+@pytest.mark.slow
+def test_a_failed_task_is_tried_again_and_both_attempts_are_its_cost(buffered: Path) -> None:
+    attempts = json.loads((buffered / "buffered" / "slow" / "task-001" / "cost.json").read_text())["attempts"]
+    assert [a["outcome"] for a in attempts] == ["failed: killed by signal 9", "finished"], attempts
+    assert all(a["end"] >= a["start"] for a in attempts)
 
 
 @pytest.mark.slow

@@ -85,7 +85,7 @@ def test_an_unknown_staleness_kind_names_the_choices(tmp_path: Path) -> None:
 def test_what_buffered_rounds_do_not_do_yet_is_refused_one_line_each(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
-        site_retries=1,
+        site_retries=1,  # carried out: a failed task is tried again
         round_deadline="1h",
         benchmarks=["supertune_corpus"],
         optimizer_state="kept",
@@ -97,7 +97,7 @@ def test_what_buffered_rounds_do_not_do_yet_is_refused_one_line_each(tmp_path: P
     lines = refused.value.problems
     assert all("\n" not in line and "mode: buffered" in line for line in lines), lines
     assert sorted(line.split(":")[0] for line in lines) == sorted(
-        ["aggregation.min_sites", "round_deadline", "site_retries", "transfer", "benchmarks", "optimizer_state"]
+        ["aggregation.min_sites", "round_deadline", "transfer", "benchmarks", "optimizer_state"]
     )
 
 

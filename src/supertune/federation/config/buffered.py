@@ -57,7 +57,6 @@ def _unsupported(fed: FederationConfig) -> list[str]:
     refused = {
         "aggregation.min_sites": fed.aggregation.min_sites is not None,
         "round_deadline": bool(fed.round_deadline),
-        "site_retries": fed.site_retries > 0,
         "transfer": fed.transfer.active,
         "benchmarks": bool(fed.benchmarks),
         "optimizer_state": fed.optimizer_state != "fresh",

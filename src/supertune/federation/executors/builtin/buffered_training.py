@@ -3,8 +3,11 @@ site, every site's at once, each in processes of its own started as a synchronou
 is (local_training.py), from a thread that waits for it. This thread alone takes the finished ones,
 in the order they finish (sites in config order when several finish between two looks), so the record
 (rounds/buffer.py) is written by one writer; a site whose change was taken starts its next task from
-the newest version at once. When the last version is published the tasks still training are asked to
-stop (their run's stop request) and waited for; their work is not taken."""
+the newest version at once. A task whose training fails is tried again (resuming from its latest
+checkpoint) up to `site_retries` more times, as a synchronous round's site is; then it stops the
+federation, naming the site (run it again to resume, or --drop the site). When the last version is
+published the tasks still training are asked to stop (their run's stop request) and waited for; their
+work is not taken."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from ...rounds.attempt_policy import Ending
 from ...rounds.buffered import BufferedSites
 from ...rounds.failures import FederationError
 from ...rounds.loop import SiteWork
-from ...state.receipts import write_attempts
+from ...state.cost import record_attempt
 from .local_training import LocalTraining
 
 __all__ = ["train_buffered"]
@@ -31,36 +34,45 @@ def train_buffered(fed: FederationConfig, sites: BufferedSites) -> None:
     local = LocalTraining(fed, None)
     order = {s.name: i for i, s in enumerate(fed.sites)}
     plans = {p.site.name: p for p in sites.plans}
-    running: dict[Future[Ending], SiteWork] = {}
+    attempts = 1 + fed.site_retries
+    running: dict[Future[Ending], tuple[SiteWork, int]] = {}
     with ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="site") as pool:
 
         def start(name: str) -> None:
             w = sites.next_task(plans[name])
             log.info("%s task %d: training from version %d", name, w.round, sites.buffer.published)
-            running[pool.submit(local.start, w, 1)] = w
+            running[pool.submit(local.start, w, 1)] = (w, 1)
 
         try:
             for name in plans:
                 start(name)
             while not sites.finished:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: order[running[f].name]):
-                    w = running.pop(future)
-                    _took(w, future.result())
+                for future in sorted(done, key=lambda f: order[running[f][0].name]):
+                    w, tries = running.pop(future)
+                    if not _took(w, future.result(), tries, attempts):
+                        running[pool.submit(local.start, w, tries + 1)] = (w, tries + 1)
+                        continue
                     sites.take(w)
                     if sites.finished:
                         break
                     start(w.name)
         finally:
-            _stop(running)
+            _stop({f: w for f, (w, _) in running.items()})
 
 
-def _took(w: SiteWork, ending: Ending) -> None:
-    """A task's attempt recorded (cost.json); a failed one stops the federation (no retries yet)."""
+def _took(w: SiteWork, ending: Ending, tries: int, attempts: int) -> bool:
+    """A task's attempt recorded (cost.json): True when it finished; False when it failed and is tried
+    again; a failure with no attempt left stops the federation."""
     if ending.cost is not None:
-        write_attempts(w.directory / "cost.json", [ending.cost])
-    if ending.reason is not None:
-        raise FederationError(ending.message or f"{w.label}: {ending.reason}", reason=ending.reason)
+        record_attempt(w.directory / "cost.json", ending.cost)
+    if ending.reason is None:
+        return True
+    if tries < attempts and ending.again:
+        log.warning("%s task %d: attempt %d of %d failed; trying again: %s", w.name, w.round, tries, attempts,
+                    ending.message or ending.reason)  # fmt: skip
+        return False
+    raise FederationError(ending.message or f"{w.label}: {ending.reason}", reason=ending.reason)
 
 
 def _stop(running: dict[Future[Ending], SiteWork]) -> None:
@@ -75,6 +87,6 @@ def _stop(running: dict[Future[Ending], SiteWork]) -> None:
             w = running.pop(future)
             if future.exception() is None:
                 if future.result().cost is not None:
-                    write_attempts(w.directory / "cost.json", [future.result().cost])
+                    record_attempt(w.directory / "cost.json", future.result().cost)
                 log.info("%s task %d: stopped, the last version is published", w.name, w.round)
         time.sleep(0.1 if running else 0)
