@@ -126,6 +126,11 @@ def test_a_failed_task_is_tried_again_and_both_attempts_are_its_cost(buffered: P
     attempts = json.loads((buffered / "buffered" / "slow" / "task-001" / "cost.json").read_text())["attempts"]
     assert [a["outcome"] for a in attempts] == ["failed: killed by signal 9", "finished"], attempts
     assert all(a["end"] >= a["start"] for a in attempts)
+    # the site's cost in the table: every attempt of every task, taken or stopped at the end
+    sites = {s["site"]: s for s in json.loads((buffered / "rounds.json").read_text())["sites"]}
+    tasks = list((buffered / "buffered" / "slow").glob("task-*"))
+    assert sites["slow"]["attempts"] == len(tasks) + 1 and sites["slow"]["node_hours"] > 0, sites["slow"]
+    assert all(s["node_hours"] > 0 for s in sites.values()), sites
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..config.schema import FederationConfig
 from ..config.staleness import STALENESS
+from ..state.cost import site_cost
 from ..state.layout import FederationDir
 from ..state.receipts import read_arrival, read_published, read_receipt, read_task
 from ..state.records import Arrival
@@ -40,6 +41,7 @@ def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]
     for site in fed.sites:
         mine = [a for a in arrivals if a.site == site.name]
         training = _task_in_progress(root, site.name, {a.task for a in mine})
+        cost = _site_tasks_cost(root, site.name)
         sites.append({
             "site": site.name,
             "contributions": sum(not a.dropped for a in mine),
@@ -49,6 +51,8 @@ def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]
             "training_from": training,
             "behind": None if training is None else newest - training,
             "last_version_loss": (read_receipt(last.site(site.name).evaluated) or {}).get("eval_loss") if newest else None,
+            "node_hours": cost["node_hours"],
+            "attempts": cost["attempts"],
         })  # fmt: skip
     return {
         "federation": fed.name,
@@ -60,6 +64,20 @@ def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]
         "arrivals": rows,
         "sites": sites,
     }
+
+
+def _site_tasks_cost(root: FederationDir, site: str) -> dict[str, float | int | None]:
+    """{node_hours, attempts} of every task of the site (each task's cost.json, as a round's site's),
+    taken or not: a change stopped or dropped cost its training too; None when none was recorded."""
+    hours, attempts, number, any_recorded = 0.0, 0, 1, False
+    while read_task(root.task(site, number).task_record) is not None:
+        cost = site_cost(root.task(site, number).path / "cost.json")
+        if cost["attempts"] is not None:
+            any_recorded = True
+            hours += float(cost["node_hours"] or 0.0)
+            attempts += int(cost["attempts"])
+        number += 1
+    return {"node_hours": hours, "attempts": attempts} if any_recorded else {"node_hours": None, "attempts": None}
 
 
 def _task_in_progress(root: FederationDir, site: str, taken: set[int]) -> int | None:
@@ -102,15 +120,16 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         )
     lines += [
         "",
-        "| site | contributions | dropped | tokens | mean staleness | training from version | behind | last version's loss |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| site | contributions | dropped | tokens | mean staleness | training from version | behind | last version's loss | node-hours | attempts |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in t["sites"]:
         training = "-" if s["training_from"] is None else str(s["training_from"])
         behind = "-" if s["behind"] is None else str(s["behind"])
         lines.append(
             f"| {s['site']} | {s['contributions']} | {s['dropped']} | {s['tokens']:,} | {number_cell(s['mean_staleness'])} | "
-            f"{training} | {behind} | {number_cell(s['last_version_loss'])} |"
+            f"{training} | {behind} | {number_cell(s['last_version_loss'])} | {number_cell(s['node_hours'])} | "
+            f"{'-' if s['attempts'] is None else s['attempts']} |"
         )
     return "\n".join(lines + history_lines(fed, root)) + "\n"
 
