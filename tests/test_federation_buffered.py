@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,21 @@ def test_the_last_version_beats_the_base_model_on_every_site(buffered: Path) -> 
     assert f"# Federation fed-buffered: {VERSIONS} of {VERSIONS} versions (mode: buffered)" in status.stdout
     row = next(a for a in _arrivals(buffered) if a["site"] == "slow")
     assert f"| {row['number']} | slow | 1 | 0 | {row['staleness']} | {row['tokens']:,} |" in status.stdout
+    # rounds.png: versions over time with each site's changes, and each change's staleness, side by side
+    with (buffered / "rounds.png").open("rb") as png:  # 12 x 4.5 inches at 110 dpi
+        head = png.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (1320, 495)
+    from supertune.federation.config.load import load_federation
+    from supertune.federation.reports.buffered_table import buffered_figure
+    from supertune.federation.state.layout import FederationDir
+
+    fig = buffered_figure(load_federation(str(buffered))[0], FederationDir(buffered))
+    versions, stale = fig.axes
+    drawn = {line.get_label(): line for line in versions.get_lines()}
+    assert {"published version", "fast-a: its changes", "fast-b: its changes", "slow: its changes"} <= set(drawn)
+    assert max(drawn["published version"].get_ydata()) == VERSIONS
+    slow = next(line for line in stale.get_lines() if line.get_label() == "slow")
+    assert sorted(slow.get_ydata()) == sorted(a["staleness"] for a in _arrivals(buffered) if a["site"] == "slow")
 
 
 @pytest.mark.slow

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
     root = federate(args.federation, args.dir, args.drop, args.skip_site)
     print((root.table_markdown).read_text(encoding="utf-8"), end="")
-    plot = f", plot {root.plot.name}" if root.plot.is_file() else ""  # buffered rounds draw none yet
+    plot = f", plot {root.plot.name}" if root.plot.is_file() else ""
     print(f"supertune: federation finished: {root.path} (table {root.table_markdown.name}{plot})")
     return 0
 

@@ -14,9 +14,9 @@ from ..state.cost import site_cost
 from ..state.layout import FederationDir
 from ..state.receipts import read_arrival, read_published, read_receipt, read_task
 from ..state.records import Arrival
-from .table import base_losses, history_lines, number_cell
+from .table import base_losses, history_lines, number_cell, save_figure
 
-__all__ = ["buffered_table", "buffered_table_markdown", "write_buffered_table"]
+__all__ = ["buffered_table", "buffered_table_markdown", "buffered_figure", "write_buffered_table"]
 
 
 def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]:
@@ -134,8 +134,57 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     return "\n".join(lines + history_lines(fed, root)) + "\n"
 
 
+def buffered_figure(fed: FederationConfig, root: FederationDir):
+    """The figure of rounds.png (a matplotlib Figure, Agg), both panels against minutes since the first
+    arrival: on the left the published version (a step line) and each arrival at the version it went
+    into, one colour a site; on the right each arrival's staleness (dropped ones as x)."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = buffered_table(fed, root)
+    rows = t["arrivals"]
+    start = min((r["unix"] for r in rows), default=0.0)
+    minutes = {r["number"]: (r["unix"] - start) / 60.0 for r in rows}
+    fig, (versions, stale) = plt.subplots(1, 2, figsize=(12, 4.5))
+    # A version is published the moment its last arrival is recorded.
+    published = [(minutes[v["arrivals"][-1]], v["version"]) for v in t["versions"] if v["arrivals"]]
+    if published:
+        xs, ys = [0.0] + [x for x, _ in published], [0] + [y for _, y in published]
+        versions.step(xs, ys, where="post", color="0.4", label="published version")
+    for i, site in enumerate(fed.sites):
+        mine = [r for r in rows if r["site"] == site.name]
+        taken = [r for r in mine if r["into_version"] is not None]
+        versions.plot([minutes[r["number"]] for r in taken], [r["into_version"] for r in taken], "o",
+                      color=f"C{i}", label=f"{site.name}: its changes")  # fmt: skip
+        kept = [r for r in mine if not r["dropped"]]
+        stale.plot([minutes[r["number"]] for r in kept], [r["staleness"] for r in kept], "o", color=f"C{i}",
+                   label=f"{site.name}")  # fmt: skip
+        dropped = [r for r in mine if r["dropped"]]
+        if dropped:
+            stale.plot([minutes[r["number"]] for r in dropped], [r["staleness"] for r in dropped], "x",
+                       color=f"C{i}", label=f"{site.name}: dropped")  # fmt: skip
+    versions.set_xlabel("minutes since the first arrival")
+    versions.set_ylabel("global version")
+    versions.set_title(f"federation {fed.name}: versions (K = {fed.aggregation.buffer_size})")
+    versions.grid(alpha=0.3)
+    versions.legend(fontsize=8)
+    stale.set_xlabel("minutes since the first arrival")
+    stale.set_ylabel("staleness u (versions behind)")
+    stale.set_title("each change's staleness when it arrived")
+    stale.grid(alpha=0.3)
+    stale.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def write_buffered_table(fed: FederationConfig, root: FederationDir) -> None:
     from ...rundir import write_json_atomic
 
     write_json_atomic(root.table_json, buffered_table(fed, root))
     root.table_markdown.write_text(buffered_table_markdown(fed, root), encoding="utf-8")
+    save_figure(buffered_figure(fed, root), root)

@@ -18,7 +18,16 @@ from ..config.schema import FederationConfig
 from ..state.layout import FederationDir
 from ..state.receipts import read_receipt, read_trained
 
-__all__ = ["table_rows", "table_markdown", "write_table", "loss_figure", "base_losses", "history_lines", "number_cell"]
+__all__ = [
+    "table_rows",
+    "table_markdown",
+    "write_table",
+    "loss_figure",
+    "save_figure",
+    "base_losses",
+    "history_lines",
+    "number_cell",
+]
 
 
 def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any]]:
@@ -201,10 +210,13 @@ def write_table(fed: FederationConfig, root: FederationDir) -> None:
 
 
 def _plot(fed: FederationConfig, root: FederationDir) -> None:
-    """rounds.png, written by a rename: a reader never sees half a PNG."""
+    save_figure(loss_figure(fed, root), root)
+
+
+def save_figure(fig, root: FederationDir) -> None:
+    """rounds.png from a matplotlib Figure, written by a rename: a reader never sees half a PNG."""
     import matplotlib.pyplot as plt
 
-    fig = loss_figure(fed, root)
     tmp = root.plot.with_name(f".{root.plot.name}.tmp.png")
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
