@@ -82,7 +82,7 @@ EXECUTORS: dict[str, ExecutorKind] = {
             "streamflow",
             factory="supertune.federation.executors.streamflow.executor:StreamFlowExecutor",
             # A StreamFlow step hands back the site's checkpoint, not a transfer package.
-            refuses=("transfer",),
+            refuses=("transfer", "privacy"),
             site_keys=("login", "workdir", "python"),
             site_checks=streamflow_site_problems,
             checks=_streamflow_checks,
