@@ -251,9 +251,11 @@ class _Encoder:
         if not np.isfinite(x).all():
             what = "change" if self.base is not None else "model"
             raise UserError(f"{self.label}: tensor {name} of its {what} has NaN or Inf values; it is not sent")
-        if self.privacy is not None:
-            x *= x.dtype.type(self.factor)
-            x += self.privacy.noise(name, e.numel, start, stop)
+        if self.privacy is not None:  # a factor of 1 and no noise leave the change as it is, bit for bit
+            if self.factor != 1.0:
+                x *= x.dtype.type(self.factor)
+            if self.privacy.noise_std:
+                x += self.privacy.noise(name, e.numel, start, stop)
         return x
 
     def scales(self, name: str, writer: ShardWriter) -> None:
