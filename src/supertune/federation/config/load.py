@@ -227,7 +227,6 @@ def federation_keys_set(fed: FederationConfig) -> dict[str, bool]:
         "round_deadline": bool(fed.round_deadline),
         "transfer": fed.transfer.active,
         "benchmarks": bool(fed.benchmarks),
-        "privacy": fed.privacy.active,
     }
 
 
