@@ -12,6 +12,9 @@ encoded slice as it is computed: resident memory is a few slices whatever the mo
 encoded file lays its tensors out by element size, largest first (as every safetensors writer of
 supertune does, for aligned maps), so an int8 or int4 tensor's scales are written in a first pass
 over its values and its integers in a second (the change is computed twice: a read more, no memory more).
+With privacy settings the change is clipped and noised (privacy.py) before it is encoded: its norm over
+every tensor is measured in a first pass (one read more), and the manifest states the clip norm and
+the noise's standard deviation, never the norm.
 """
 
 from __future__ import annotations
