@@ -15,7 +15,7 @@
 #   SUPERTUNE_PACKAGES=all|core  all: every pin of src/supertune/pinned-requirements.txt; core: the
 #                          pins of what a training run needs, leaving out those of pyproject.toml's
 #                          extras (test tools, DeepSpeed, W&B and MLflow, lm-evaluation-harness,
-#                          torchao), each of which supertune names in one line where a run asks for
+#                          torchao, Opacus), each of which supertune names in one line where a run asks for
 #                          it; default: all when this script is run or sourced by scripts/test.sh,
 #                          core when sourced by scripts/train-default.sh. A venv made with all
 #                          serves core too.

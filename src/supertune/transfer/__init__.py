@@ -1,6 +1,7 @@
 """What a site sends: its model or its change from the round's global model, encoded (fp32, bf16,
-fp16, blockwise int8) into a transfer package with a manifest, with error feedback kept at the site;
-and the package read back a slice at a time. See codec.py and package.py."""
+fp16, blockwise int8) into a transfer package with a manifest, with error feedback kept at the site
+and the change clipped and noised for differential privacy when asked; and the package read back a
+slice at a time. See codec.py, privacy.py and package.py."""
 
 from .codec import CODECS, Codec
 from .package import (
@@ -11,9 +12,11 @@ from .package import (
     read_package,
     write_package,
 )
+from .privacy import ChangeNoise
 
 __all__ = [
     "CODECS",
+    "ChangeNoise",
     "Codec",
     "PACKAGE_MANIFEST",
     "Package",

@@ -12,6 +12,9 @@ encoded slice as it is computed: resident memory is a few slices whatever the mo
 encoded file lays its tensors out by element size, largest first (as every safetensors writer of
 supertune does, for aligned maps), so an int8 or int4 tensor's scales are written in a first pass
 over its values and its integers in a second (the change is computed twice: a read more, no memory more).
+With privacy settings the change is clipped and noised (privacy.py) before it is encoded: its norm over
+every tensor is measured in a first pass (one read more), and the manifest states the clip norm and
+the noise's standard deviation, never the norm.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ..weight_files.dtypes import ITEM_SIZE, accumulator_dtype, narrow, widen_in
 from ..weight_files.shard_writer import PlannedTensor, ShardWriter, plan_shards
 from ..weight_files.tensor_files import TensorEntry, TensorFile
 from .codec import CODECS, FLOAT_DTYPES, SCALE_SUFFIX, Codec, encoded_parts
+from .privacy import ChangeNoise
 
 __all__ = [
     "PACKAGE_MANIFEST",
@@ -84,6 +88,8 @@ class Package:
     residual: dict[str, Any] | None
     counts: dict[str, Any]
     """tokens, samples, loss_tokens and whatever else the writer was given to carry."""
+    privacy: dict[str, float] | None = None
+    """With privacy: the clip_norm the change was clipped to and the noise_std added to each value."""
 
     @property
     def sent_weight_bytes(self) -> int:
@@ -107,14 +113,18 @@ def write_package(
     side_files: Sequence[Path] = (),
     counts: dict[str, Any] | None = None,
     label: str = "",
+    privacy: ChangeNoise | None = None,
 ) -> Package:
     """Encode `source` (with `base`: its change from `base`, plus the previous `residual`) into the
-    package directory `out`, published whole by one rename; `label` names the site in errors."""
+    package directory `out`, published whole by one rename; `label` names the site in errors. With
+    `privacy` (and a base), the change is clipped and noised before it is encoded (privacy.py)."""
     names = source.in_file_order()
     if base is not None:
         _check_same_tensors(source, base, label, "the round's global model")
     if residual is not None:
         _check_residual(source, residual, label)
+    if privacy is not None:
+        _check_private(source, base, label)
     parts: list[PlannedTensor] = []
     for name in names:
         e = source.entry(name)
@@ -129,6 +139,8 @@ def write_package(
         kept_writer = ShardWriter(staging.path / RESIDUAL_FILE, kept) if kept else None
         try:
             encoder = _Encoder(source, base, residual, codec, label)
+            if privacy is not None:
+                encoder.privatise(privacy)
             for index, part in enumerate(planned, start=1):
                 if part.name.endswith(SCALE_SUFFIX):
                     encoder.scales(part.name.removesuffix(SCALE_SUFFIX), writer)
@@ -157,6 +169,8 @@ def write_package(
             "residual": ({"file": RESIDUAL_FILE, **kept_file} if kept_file else None),
             "counts": dict(counts or {}),
         }
+        if privacy is not None:  # the settings, never the change's norm: that is the site's to know
+            manifest["privacy"] = {"clip_norm": privacy.clip_norm, "noise_std": privacy.noise_std}
         (staging.path / PACKAGE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         staging.publish()
     return read_package(out)
@@ -172,6 +186,18 @@ def _check_same_tensors(source: Weights, other: Weights, label: str, what: str) 
             raise UserError(
                 f"{label}: tensor {n} is {a[n][1].dtype}{list(a[n][1].shape)} in its model but "
                 f"{b[n][1].dtype}{list(b[n][1].shape)} in {what}; they must be one model"
+            )
+
+
+def _check_private(source: Weights, base: Weights | None, label: str) -> None:
+    """A change can be clipped and noised; a model, or a tensor that travels as it is, cannot."""
+    if base is None:
+        raise UserError(f"{label}: privacy clips and noises a change from the round's global model, and none was given")
+    for name in source.where:
+        if source.entry(name).dtype not in FLOAT_DTYPES:
+            raise UserError(
+                f"{label}: tensor {name} is {source.entry(name).dtype}, which travels as it is and cannot be noised; "
+                "privacy needs a model of floating-point tensors only"
             )
 
 
@@ -193,6 +219,19 @@ class _Encoder:
 
     def __init__(self, source: Weights, base: Weights | None, residual: TensorFile | None, codec: Codec, label: str):
         self.source, self.base, self.residual, self.codec, self.label = source, base, residual, codec, label
+        self.privacy: ChangeNoise | None = None
+        self.factor = 1.0
+
+    def privatise(self, privacy: ChangeNoise) -> None:
+        """From now on the change is clipped and noised: its norm over every tensor measured first (one
+        more read of the source, the base and the residual)."""
+        squares = 0.0
+        for name in self.source.in_file_order():
+            for start, stop in self._slices(self.source.entry(name).numel):
+                x = self._change(name, start, stop).astype(np.float64, copy=False)
+                squares += float(np.dot(x, x))
+        self.factor = privacy.measure(squares)
+        self.privacy = privacy
 
     def _slices(self, numel: int) -> list[tuple[int, int]]:
         step = self.codec.slice_length(SLICE)
@@ -215,6 +254,11 @@ class _Encoder:
         if not np.isfinite(x).all():
             what = "change" if self.base is not None else "model"
             raise UserError(f"{self.label}: tensor {name} of its {what} has NaN or Inf values; it is not sent")
+        if self.privacy is not None:  # a factor of 1 and no noise leave the change as it is, bit for bit
+            if self.factor != 1.0:
+                x *= x.dtype.type(self.factor)
+            if self.privacy.noise_std:
+                x += self.privacy.noise(name, e.numel, start, stop)
         return x
 
     def scales(self, name: str, writer: ShardWriter) -> None:
@@ -254,6 +298,7 @@ def read_package(directory: Path, label: str | None = None) -> Package:
             files=files,
             residual=data.get("residual"),
             counts=dict(data.get("counts") or {}),
+            privacy={str(k): float(v) for k, v in data["privacy"].items()} if data.get("privacy") else None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(

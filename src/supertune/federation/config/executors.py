@@ -81,7 +81,8 @@ EXECUTORS: dict[str, ExecutorKind] = {
         ExecutorKind(
             "streamflow",
             factory="supertune.federation.executors.streamflow.executor:StreamFlowExecutor",
-            # A StreamFlow step hands back the site's checkpoint, not a transfer package.
+            # A StreamFlow step hands back the site's checkpoint, not a transfer package (nor,
+            # then, a change clipped and noised at the site: privacy needs transfer.delta).
             refuses=("transfer",),
             site_keys=("login", "workdir", "python"),
             site_checks=streamflow_site_problems,

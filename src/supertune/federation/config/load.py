@@ -142,8 +142,11 @@ def federation_problems(fed: FederationConfig, unreadable: list[str] | None = No
     p += _exchange_problems(fed)
     p += _executor_problems(fed)
     from .buffered import buffered_problems
+    from .privacy import privacy_install_problem, privacy_problems
 
     p += buffered_problems(fed)
+    p += privacy_problems(fed)
+    here += privacy_install_problem(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:

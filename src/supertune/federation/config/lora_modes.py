@@ -27,6 +27,10 @@ def lora_problems(fed: FederationConfig, names: list[str], configs: list[RunConf
             f"model.lora.enabled: sites {', '.join(enabled)} train LoRA adapters and {', '.join(full)} the whole model; "
             "adapters and full models cannot be averaged together, set model.lora.enabled the same at every site"
         ]
+    if enabled and fed.privacy.active:
+        return [
+            "model.lora.enabled: LoRA sites are not supported with privacy yet; train the whole model, or leave privacy out"
+        ]
     if enabled and fed.mode == "buffered":
         return [
             "model.lora.enabled: LoRA sites are not supported with mode: buffered yet; train the whole model, "

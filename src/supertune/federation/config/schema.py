@@ -19,6 +19,7 @@ __all__ = [
     "SiteConfig",
     "StreamFlowConfig",
     "TransferConfig",
+    "PrivacyConfig",
     "FederationConfig",
 ]
 
@@ -80,6 +81,23 @@ class TransferConfig:
     def active(self) -> bool:
         """Whether sites send a transfer package rather than their checkpoint's weights."""
         return self.delta or self.dtype != "same"
+
+
+@dataclass
+class PrivacyConfig:
+    """Differential privacy of what each site sends: its change clipped, then noised at the site (docs/federated/privacy.md)."""
+
+    clip_norm: float | None = None
+    """Each site's change (its model minus the round's global model, every trained tensor together) is scaled down to at most this L2 norm before it leaves the site; empty: no clipping, no noise. Needs transfer.delta: true."""
+    noise_multiplier: float = 0.0
+    """z: each of the round's n sites adds Gaussian noise N(0, (z clip_norm)^2 / n) to every value of its clipped change, so that the sum of the n changes carries noise of standard deviation z clip_norm (distributed DP); 0: clipping only, no privacy guarantee."""
+    delta: float = 1e-5
+    """The delta at which the spent epsilon is reported (rounds.md, rounds.json, --status), in (0, 1); smaller than 1 / (the number of sites) is usual."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the sites clip (and noise) their changes."""
+        return self.clip_norm is not None or self.noise_multiplier != 0
 
 
 @dataclass
@@ -160,6 +178,8 @@ class FederationConfig:
     """StreamFlow settings."""
     transfer: TransferConfig = field(default_factory=TransferConfig)
     """What sites send: their model or their change, and in which dtype."""
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    """Differential privacy: each site's change clipped and noised before it is sent, and the epsilon spent."""
     benchmarks: list[str] = field(default_factory=list)
     """lm-evaluation-harness tasks run on every round's global model, in the federation's own process after the round: supertune_corpus (the embedded, offline), a harness task (its data in the local Hugging Face datasets cache) or a task YAML file; the round table (rounds.md, rounds.json) gains their scores; []: none."""
     sites: list[SiteConfig] = field(default_factory=list)

@@ -6,12 +6,14 @@ Columns: the site's tokens this round and the loss targets among them (the token
 data.loss_on's, less one a sequence), its local eval loss before training (the previous global
 model on its data), after its local training, and under the new global model; seconds of training,
 averaging and evaluation; the cost (node-hours, queue wait, bytes sent and received); why a site was
-left out of the round (failed, late, refused, skipped).
+left out of the round (failed, late, refused, skipped); with privacy, the epsilon spent through the
+round (epsilon.py; the markdown gains the column and a line under the table).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ..config.schema import FederationConfig
@@ -35,8 +37,10 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
     `left_out` holds the reason); missing values are None. Cost: the node-hours and queue wait of every
     attempt of the site's training (cost.py), the bytes it sent up and received."""
     from ..state.cost import site_cost
+    from .epsilon import round_epsilons
 
     rows = []
+    spent = round_epsilons(fed, root)
     for number in range(1, fed.rounds + 1):
         rd, before = root.round(number), root.round(number - 1)
         averaged = read_receipt(rd.averaged) or {}
@@ -70,8 +74,14 @@ def table_rows(fed: FederationConfig, root: FederationDir) -> list[dict[str, Any
                 "loss_change_per_node_hour": _per_node_hour(previous.get("eval_loss"), evaluated.get("eval_loss"),
                                                             cost["node_hours"]),
                 "left_out": left.get("reason") if left else None,
+                "epsilon": _finite(spent.get(number)),
             })  # fmt: skip
     return rows
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: a round without noise (no guarantee) is null, as one without privacy."""
+    return None if value is None or math.isinf(value) else value
 
 
 def _per_node_hour(before: float | None, after: float | None, node_hours: float | None) -> float | None:
@@ -97,27 +107,34 @@ def base_losses(fed: FederationConfig, root: FederationDir) -> dict[str, float |
 
 
 def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
+    from .epsilon import privacy_summary
+
     rows = table_rows(fed, root)
     base = base_losses(fed, root)
+    private = fed.privacy.active
     lines = [
         f"# Federation {fed.name}: {len({r['round'] for r in rows})} of {fed.rounds} rounds",
         "",
         "Eval loss on each site's validation data. before: the previous global model (round 1: the base); "
-        "after: the site's model after its local training; global: the round's averaged model.",
+        "after: the site's model after its local training; global: the round's averaged model."
+        + (" epsilon: the privacy spent through the round, at privacy.delta." if private else ""),
         "",
         "base model: " + ", ".join(f"{name} {number_cell(loss)}" for name, loss in base.items()),
         "",
         "| round | site | tokens | loss tokens | weight | before | after | global | train s | average s | evaluate s "
-        "| node-h | queue s | sent MB | received MB | note |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| node-h | queue s | sent MB | received MB | " + ("epsilon | " if private else "") + "note |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        + ("---: | " if private else "")
+        + "--- |",
     ]
     for r in rows:
         tokens = "-" if r["tokens"] is None else f"{r['tokens']:,}"
+        epsilon = (_epsilon_cell(r) + " | ") if private else ""
         lines.append(
             f"| {r['round']} | {r['site']} | {tokens} | {_count(r['loss_tokens'])} | {number_cell(r['weight'])} | "
             f"{number_cell(r['local_before'])} | {number_cell(r['local_after'])} | {number_cell(r['global'])} | {_secs(r['train_s'])} | "
             f"{_secs(r['average_s'])} | {_secs(r['evaluate_s'])} | {number_cell(r['node_hours'])} | {_secs(r['queue_s'])} | "
-            f"{_mb(r['sent_bytes'])} | {_mb(r['received_bytes'])} | {_note(r['left_out'])} |"
+            f"{_mb(r['sent_bytes'])} | {_mb(r['received_bytes'])} | {epsilon}{_note(r['left_out'])} |"
         )
     total = totals(rows)
     lines += [
@@ -127,6 +144,8 @@ def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
         f"{total['queue_s']:.0f} s in queues, {_mb(total['sent_bytes'])} MB sent to the aggregator, "
         f"{_mb(total['received_bytes'])} MB received from it",
     ]
+    if private:
+        lines += ["", privacy_summary(fed, root)]
     return "\n".join(lines + _benchmarks(fed, root) + history_lines(fed, root)) + "\n"
 
 
@@ -273,6 +292,13 @@ def loss_figure(fed: FederationConfig, root: FederationDir):
 
 def number_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
+
+
+def _epsilon_cell(row: dict[str, Any]) -> str:
+    """A row's epsilon: inf for an averaged round without noise, - for one not averaged yet."""
+    if row["epsilon"] is not None:
+        return f"{row['epsilon']:.3f}"
+    return "inf" if row["weight"] is not None else "-"
 
 
 def _count(value: int | None) -> str:

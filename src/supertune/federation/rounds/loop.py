@@ -128,6 +128,10 @@ def run_rounds(
         if number:
             write_table(everyone, root)
             log.info("round %d of %d finished: %s", number, fed.rounds, root.table_markdown)
+            if fed.privacy.active:
+                from ..reports.epsilon import privacy_summary
+
+                log.info("%s", privacy_summary(everyone, root))
             if series is not None and fresh:  # a resumed federation logged its finished rounds before
                 series.log_round(number)
     if series is not None:

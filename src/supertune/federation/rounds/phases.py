@@ -146,8 +146,23 @@ def average_round(
         "received_bytes": weight_bytes(out),
         "seconds": time.time() - started,
     }
+    if fed.privacy.active:  # what the epsilon accountant reads (reports/epsilon.py)
+        record["privacy"] = _noise_record(sites, checkpoints)
     write_receipt(receipt, record)
     return record
+
+
+def _noise_record(sites: list[str], sent: list[str]) -> dict:
+    """The clip norm and each site's noise std, as the packages the round averaged state them (a package
+    without them counts as unnoised)."""
+    from ...transfer import PACKAGE_MANIFEST, read_package
+
+    clip, noise = 0.0, {}
+    for name, path in zip(sites, sent):
+        settings = read_package(Path(path)).privacy if (Path(path) / PACKAGE_MANIFEST).is_file() else None
+        clip = max(clip, (settings or {}).get("clip_norm", 0.0))
+        noise[name] = (settings or {}).get("noise_std", 0.0)
+    return {"clip_norm": clip, "noise_std": noise}
 
 
 def average_phase(fed: FederationConfig, work: RoundWork, finished: dict[str, str]) -> None:

@@ -15,6 +15,8 @@
       round-NNN/<site>/cost.json        every attempt of the site's training: job, nodes, submit, start and end times
       round-NNN/<site>/sent/            with transfer settings: what the site sends, a transfer package (its
                                         change or model, encoded; supertune.transfer) and its residual
+      privacy/<site>.key                with privacy: the key of the site's noise, made at the site on first
+                                        use and never sent (noise_key.py)
       round-NNN/started.json            receipt: when the round's training started (round_deadline counts from it)
       round-NNN/global/                 the averaged model (supertune average's output; LoRA adapters: the global adapter)
       merged/                    LoRA sites, aggregation.lora: adapters: the last global adapter merged into the base
@@ -89,6 +91,10 @@ class FederationDir:
 
     def arrival(self, number: int) -> Path:
         return self.arrivals / f"arrival-{number:06d}.json"
+
+    def noise_key(self, site: str) -> Path:
+        """privacy: the secret key the site's noise is drawn with (state/noise_key.py); never sent."""
+        return self.path / "privacy" / f"{site}.key"
 
     def buffered_site(self, site: str) -> Path:
         """mode: buffered: the folders of a site's contributions."""

@@ -59,6 +59,7 @@ AVERAGED_FIELDS = {
     "tokens": Field("dict"),
     "left_out": Field("dict", required=False),
     "seconds": Field("number", required=False),
+    "privacy": Field("dict", required=False),
 }
 EVALUATED_FIELDS = {
     "eval_loss": Field("number"),

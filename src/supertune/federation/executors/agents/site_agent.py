@@ -325,7 +325,7 @@ class _Agent:
             return
         trained = read_trained(sd.trained)
         assert trained is not None
-        package = send_result(self.local, self.root, number, name, trained.checkpoint, previous)
+        package = send_result(self.local, self.root, number, name, trained.checkpoint, previous, everyone=self.fed)
         sent = package.directory
         # the package's own table (its residual stays here), and its manifest
         table = {**package.files, PACKAGE_MANIFEST: size_and_sha256(sent / PACKAGE_MANIFEST)}

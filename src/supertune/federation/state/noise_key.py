@@ -1,0 +1,64 @@
+"""The secret a site draws its privacy noise with: 32 random bytes made at the site the first time it
+sends a noised change (`privacy/<site>.key` in the directory of whoever makes its packages: the
+federation's with the built-in executor, the agent's own with site agents), readable by its owner only,
+and never sent.
+
+Noise drawn from numbers everyone knows (the federation's seed, the round, the site) could be drawn
+again by the coordinator and subtracted. Drawn from this key, it cannot; and because the key is kept,
+a package made again after a kill holds the same noise, byte for byte, as the first one would have.
+Deleting the key gives later packages other noise (their privacy holds; the federation no longer
+resumes to the global model it would have reached).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+
+from ...errors import UserError
+from .layout import FederationDir
+
+__all__ = ["site_noise_key", "KEY_BYTES"]
+
+KEY_BYTES = 32
+
+
+def site_noise_key(root: FederationDir, site: str, *parts: object) -> bytes:
+    """The key of the site's noise for one package: sha256 of the site's secret and `parts` (the round,
+    the site, the digests of what the change is taken between), so that another change gets other noise."""
+    secret = _site_secret(root, site)
+    h = hashlib.sha256(secret)
+    for part in (site, *parts):
+        h.update(b"\0" + str(part).encode())
+    return h.digest()
+
+
+def _site_secret(root: FederationDir, site: str) -> bytes:
+    path = root.noise_key(site)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # never over a key another process made meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UserError(f"privacy: the site's noise key {path} is readable by others; chmod 600 {path}")
+    data = path.read_bytes()
+    if len(data) != KEY_BYTES:
+        raise UserError(
+            f"privacy: the site's noise key {path} is not {KEY_BYTES} bytes; it is damaged. Deleting it makes a new "
+            "one (later packages get other noise)"
+        )
+    return data
