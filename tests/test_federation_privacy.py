@@ -221,6 +221,19 @@ def _config(**extra) -> dict:
             "privacy": {"clip_norm": CLIP, "noise_multiplier": Z, "delta": DELTA}, **extra}  # fmt: skip
 
 
+def test_the_dry_run_says_what_each_site_does_to_its_change(tmp_path: Path, capsys) -> None:
+    from supertune.cli.main import main
+
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(), sort_keys=False))
+    assert main(["federate", str(tmp_path / "federation.yaml"), "--dry-run", "--dir", str(tmp_path / "fed")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"# privacy: each site's change clipped to L2 norm {CLIP:g} and noised at the site (noise multiplier {Z:g}: "
+        f"the round's sum carries std {Z * CLIP:g} a value); epsilon reported at delta {DELTA:g}"
+    ) in out.splitlines()
+    assert not (tmp_path / "fed").exists()
+
+
 def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "supertune", "federate", *args],

@@ -136,6 +136,13 @@ def federation_plan(path: str | None, explicit_dir: str | None) -> str:
             scripts.append(
                 f"# ---- {site.name}: the job script of round {site.from_round} ({run_dir / 'job.sbatch'})\n{script}"
             )
+    if fed.privacy.active:
+        p = fed.privacy
+        lines.append(
+            f"# privacy: each site's change clipped to L2 norm {p.clip_norm:g} and noised at the site (noise "
+            f"multiplier {p.noise_multiplier:g}: the round's sum carries std {p.noise_multiplier * (p.clip_norm or 0):g} "
+            f"a value); epsilon reported at delta {p.delta:g}"
+        )
     added, files = dry_run_additions(fed, plans, root)
     lines += added
     scripts += files
