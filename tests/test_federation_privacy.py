@@ -350,3 +350,26 @@ def test_no_noise_and_a_clip_norm_no_change_reaches_average_as_the_plain_federat
     table = json.loads((tmp_path / "unnoised" / "rounds.json").read_text())
     assert [r["epsilon"] for r in table["rows"]] == [None, None]
     assert "| inf |" in (tmp_path / "unnoised" / "rounds.md").read_text()
+
+
+def test_a_noise_key_others_can_read_or_that_another_user_owns_is_refused(tmp_path: Path) -> None:
+    """The site's secret is made once, mode 0600, and read again as it is (the same noise after a
+    resume); one that others can read, or that belongs to another user, is refused in one line."""
+    from supertune.errors import UserError
+    from supertune.federation.state.layout import FederationDir
+    from supertune.federation.state.noise_key import site_noise_key
+
+    root = FederationDir(tmp_path)
+    key = site_noise_key(root, "site-a", 1, "abc")
+    path = root.noise_key("site-a")
+    assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_bytes()) == 32
+    assert site_noise_key(root, "site-a", 1, "abc") == key != site_noise_key(root, "site-a", 2, "abc")
+    path.chmod(0o644)
+    with pytest.raises(UserError) as readable:
+        site_noise_key(root, "site-a", 1, "abc")
+    assert str(readable.value) == f"privacy: the site's noise key {path} is readable by others; chmod 600 {path}"
+    path.chmod(0o600)
+    if os.getuid() == 0:  # only root can give a file away (CI's tests run as root)
+        os.chown(path, 65534, -1)
+        with pytest.raises(UserError, match=r"belongs to user 65534, not to this one \(0\)"):
+            site_noise_key(root, "site-a", 1, "abc")

@@ -52,8 +52,14 @@ def _site_secret(root: FederationDir, site: str) -> bytes:
             pass
         finally:
             tmp.unlink()
-    mode = path.stat().st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        # whoever owns it can read it, and may have written it: a key this process did not make is no secret
+        raise UserError(
+            f"privacy: the site's noise key {path} belongs to user {st.st_uid}, not to this one ({os.getuid()}); "
+            f"make the packages as its owner, or delete it for a new key (later packages get other noise)"
+        )
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise UserError(f"privacy: the site's noise key {path} is readable by others; chmod 600 {path}")
     data = path.read_bytes()
     if len(data) != KEY_BYTES:
