@@ -5,8 +5,6 @@ global model as a federation that was never interrupted; every bad federation co
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
+from federation_cli import federate_cli
 from federation_copies import copy_before_average, copy_through_round_one_training
 from supertune.federation.config.default import site_corpus
 
@@ -47,17 +46,6 @@ def _federation(tmp_path: Path, rounds: int = 2, **extra) -> Path:
     return path
 
 
-def _federate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    merged = dict(os.environ, **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "supertune", "federate", *args],
-        capture_output=True,
-        text=True,
-        env=merged,
-        timeout=timeout,
-    )
-
-
 def _global(directory: Path, number: int) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for f in sorted((directory / f"round-{number:03d}" / "global").glob("*.safetensors")):
@@ -76,7 +64,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("federation")
     fed_dir = root / "fed"
     # One small task of the embedded benchmark on every round's global model (about 2 s a round).
-    proc = _federate(str(_federation(root, benchmarks=["supertune_corpus_nouns"])), "--dir", str(fed_dir))
+    proc = federate_cli(str(_federation(root, benchmarks=["supertune_corpus_nouns"])), "--dir", str(fed_dir))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return fed_dir
 
@@ -116,7 +104,7 @@ def test_the_table_is_the_receipts(uninterrupted: Path) -> None:
         f"| 1 | site-a | {first['tokens']:,} | {first['loss_tokens']:,} | {first['weight']:.4f} | {first['local_before']:.4f} | {first['local_after']:.4f} | {first['global']:.4f} |"
         in markdown
     )
-    status = _federate("--status", str(uninterrupted))
+    status = federate_cli("--status", str(uninterrupted))
     assert status.returncode == 0 and status.stdout == markdown
 
 
@@ -204,9 +192,11 @@ def test_a_killed_federation_resumes_to_the_same_global_model(
     fed_dir = tmp_path / "fed"
     if fault.startswith("average."):
         copy_before_average(uninterrupted, fed_dir, 1)
-        killed = _federate(str(fed_dir), env={"SUPERTUNE_FAULT": fault})
+        killed = federate_cli(str(fed_dir), env={"SUPERTUNE_FAULT": fault})
     else:
-        killed = _federate(str(_federation(tmp_path, rounds=1)), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": fault})
+        killed = federate_cli(
+            str(_federation(tmp_path, rounds=1)), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": fault}
+        )
     assert killed.returncode != 0
     assert not (fed_dir / "round-001" / "averaged.json").exists()
     with caplog.at_level(logging.INFO, logger="supertune"):
@@ -227,13 +217,13 @@ def test_every_problem_of_a_federation_config_at_once(tmp_path: Path) -> None:
     }
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad), encoding="utf-8")
-    proc = _federate(str(path), timeout=120)
+    proc = federate_cli(str(path), timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     err = proc.stderr
     assert "aggregation.weights: 'tokenz' is not one of tokens, samples, uniform" in err  # types first
     bad["aggregation"]["weights"] = "tokens"
     path.write_text(yaml.safe_dump(bad), encoding="utf-8")
-    err = _federate(str(path), timeout=120).stderr
+    err = federate_cli(str(path), timeout=120).stderr
     for expected in (
         "name: 'two words' cannot name the federation's folder",
         "rounds: must be at least 1",
@@ -253,7 +243,7 @@ def test_a_site_config_problem_names_the_site(tmp_path: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["sites"][1]["overrides"].append("training.learning_rate=-1")
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    proc = _federate(str(path), "--dir", str(tmp_path / "fed"), timeout=120)
+    proc = federate_cli(str(path), "--dir", str(tmp_path / "fed"), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "sites[1] (site-b): training.learning_rate: must be positive, got -1.0" in proc.stderr
     assert not (tmp_path / "fed" / "round-001").exists()
@@ -374,14 +364,16 @@ def test_a_site_that_fails_for_good_is_shown_failed_and_dropped_with_its_rounds_
 
     fed_dir = tmp_path / "fed"
     # Every site trains round 1; the federation is killed while averaging it.
-    killed = _federate(str(_three_sites(tmp_path)), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": "average.tensor@3"})
+    killed = federate_cli(
+        str(_three_sites(tmp_path)), "--dir", str(fed_dir), env={"SUPERTUNE_FAULT": "average.tensor@3"}
+    )
     assert killed.returncode != 0 and (fed_dir / "round-001" / "site-c" / "trained.json").is_file()
     (tmp_path / "site-c-train.jsonl").unlink()  # site-c's data is withdrawn for good
 
     with pytest.raises(UserError) as failed:
         federate(str(fed_dir), None)
     assert str(failed.value).startswith("sites[2] (site-c): data.train_files: file"), failed.value
-    status = _federate("--status", str(fed_dir))
+    status = federate_cli("--status", str(fed_dir))
     assert status.returncode == 0 and "- FAILED round 1, site site-c (" in status.stdout, status.stdout
     assert "not finished): sites[2] (site-c): data.train_files: file" in status.stdout
 
@@ -403,7 +395,7 @@ def test_a_site_that_fails_for_good_is_shown_failed_and_dropped_with_its_rounds_
     assert [(r["round"], r["site"], r["weight"] is None) for r in table["rows"]] == [
         (1, "site-a", False), (1, "site-b", False), (1, "site-c", True)]  # fmt: skip
     assert table["base"]["site-c"] is not None
-    status = _federate("--status", str(fed_dir)).stdout
+    status = federate_cli("--status", str(fed_dir)).stdout
     assert "- site-c: dropped from round 1 on (" in status and "the round finished later): sites[2] (site-c)" in status
     with pytest.raises(UserError) as again:
         federate(str(fed_dir), None, ["site-a"])
@@ -437,7 +429,6 @@ def test_dropping_is_refused_for_a_name_that_is_no_site_and_for_the_last_one(tmp
 def test_a_round_with_one_site_left_makes_its_model_the_global_one(tmp_path: Path) -> None:
     """The average of the one site left is its own model, tensor for tensor, through the round's
     averaging (checks, writer, receipt); a user's `supertune average` of one model stays refused."""
-    import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
     from average_models import make_checkpoint, save_model, tensors

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from supertune.federation.config.default import site_corpus
+from federation_cli import corpus_sites
 from supertune.transfer import PACKAGE_MANIFEST
 from transfer_decoding import decoded_change
 
@@ -36,13 +36,7 @@ def model(directory: Path) -> dict[str, np.ndarray]:
 
 
 def _config(**extra) -> dict:
-    sites = []
-    for name in ("site-a", "site-b"):
-        train, validation = site_corpus(name)
-        overrides = [f"data.train_files={train}", f"data.validation_files={validation}", "generate.max_new_tokens=0",
-                     "training.report_to=[]", "data.max_eval_samples=16", "training.warmup_steps=0"]  # fmt: skip
-        sites.append({"name": name, "overrides": overrides, "steps_per_round": 4})
-    return {"name": "sendless", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "sites": sites,
+    return {"name": "sendless", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "sites": corpus_sites(4),
             "transfer": {"delta": True, "dtype": "int8", "block_size": 64}, **extra}  # fmt: skip
 
 

@@ -11,11 +11,8 @@ of seconds here) plus its steps, so this is one of the suite's slow tests (a few
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
+from federation_cli import federate_cli
 from supertune.federation.config.default import site_corpus
 from supertune.federation.config.staleness import staleness_weight
 
@@ -67,16 +65,6 @@ def _federation(tmp_path: Path) -> Path:
     return path
 
 
-def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supertune", "federate", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        timeout=1200,
-    )
-
-
 def _arrivals(fed_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((fed_dir / "arrivals").glob("arrival-*.json"))]
 
@@ -98,7 +86,7 @@ def buffered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fed_dir = root / "fed"
     fault = {"SUPERTUNE_FAULT": "step@1", "SUPERTUNE_FAULT_IN": "buffered/slow/task-001/",
              "SUPERTUNE_FAULT_ONCE": str(root / "killed-once")}  # fmt: skip
-    proc = _federate(str(_federation(root)), "--dir", str(fed_dir), env=fault)
+    proc = federate_cli(str(_federation(root)), "--dir", str(fed_dir), env=fault)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "slow task 1: attempt 1 of 2 failed; trying again" in proc.stderr, proc.stderr[-4000:]
     return fed_dir
@@ -185,7 +173,7 @@ def test_the_last_version_beats_the_base_model_on_every_site(buffered: Path) -> 
     assert table["published"] == VERSIONS
     for site in table["sites"]:
         assert site["last_version_loss"] < table["base"][site["site"]], site
-    status = _federate("--status", str(buffered))
+    status = federate_cli("--status", str(buffered))
     assert status.returncode == 0 and status.stdout == (buffered / "rounds.md").read_text()
     assert f"# Federation fed-buffered: {VERSIONS} of {VERSIONS} versions (mode: buffered)" in status.stdout
     row = next(a for a in _arrivals(buffered) if a["site"] == "slow")
@@ -226,14 +214,14 @@ def test_a_coordinator_killed_anywhere_publishes_the_same_versions(buffered: Pat
         evaluated.unlink()
     tasks = sorted(p.name for p in (buffered / "buffered").glob("*/task-*"))
     for fault in ("average.tensor@3", "federation.published@2", f"federation.arrival@{VERSIONS * K}"):
-        killed = _federate(str(buffered), env={"SUPERTUNE_FAULT": fault})
+        killed = federate_cli(str(buffered), env={"SUPERTUNE_FAULT": fault})
         assert killed.returncode == -9, fault + killed.stderr[-2000:]
         if fault.startswith("federation.published"):
             assert (buffered / "round-001" / "published.json").is_file()
             assert not (buffered / "round-002" / "published.json").is_file()
             assert (buffered / "round-002" / "global").is_dir()
     assert not last.exists() and (buffered / f"round-{VERSIONS - 1:03d}" / "published.json").is_file()
-    resumed = _federate(str(buffered))
+    resumed = federate_cli(str(buffered))
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "training here" not in resumed.stderr  # every version came from the recorded changes
     assert sorted(p.name for p in (buffered / "buffered").glob("*/task-*")) == tasks

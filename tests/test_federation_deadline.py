@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import struct
 import subprocess
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
+from federation_cli import federate_cli
 from federation_copies import copy_before_average, copy_through_round_one_training, rehome_receipts
 from supertune.federation.config.default import site_corpus
 from supertune.federation.config.durations import deadline_problem, deadline_seconds, duration_text
@@ -68,16 +68,6 @@ def test_a_command_still_running_at_its_deadline_is_ended_with_its_children(tmp_
     assert (tmp_path / "log").read_text() == "done\n"
 
 
-def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supertune", "federate", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        timeout=900,
-    )
-
-
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 rounds of 2 sites x 2 steps; site-b's training is killed (SIGKILL, as when its node dies) at
@@ -94,7 +84,7 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     fed_dir = root / "fed"
     fault = {"SUPERTUNE_FAULT": "step@1", "SUPERTUNE_FAULT_IN": "round-002/site-b/"}
-    proc = _federate(str(path), "--dir", str(fed_dir), env=fault)
+    proc = federate_cli(str(path), "--dir", str(fed_dir), env=fault)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "site-b round 2: attempt 1 of 2 failed; trying again" in proc.stderr
     return fed_dir
@@ -182,7 +172,7 @@ def test_a_federation_killed_between_two_left_out_receipts_decides_the_same_and_
     shutil.copytree(copy / "round-000" / "site-b", copy / "round-000" / "site-c")  # site-b's data: its base loss
     started = {"round": 2, "unix": time.time() - 3 * 3600, "deadline_s": 7200.0}
     (copy / "round-002" / "started.json").write_text(json.dumps(started), encoding="utf-8")
-    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "federation.left_out@1"})
+    killed = federate_cli(str(copy), env={"SUPERTUNE_FAULT": "federation.left_out@1"})
     assert killed.returncode == -9, killed.stderr[-3000:]
     receipts = {name: copy / "round-002" / name / "left_out.json" for name in ("site-b", "site-c")}
     assert receipts["site-b"].exists() and not receipts["site-c"].exists()
@@ -228,7 +218,7 @@ def test_a_federation_killed_in_training_and_in_evaluation_under_a_deadline_keep
             break
         time.sleep(0.1)
     assert not _processes(worker)
-    killed = _federate(str(copy), env={"SUPERTUNE_FAULT": "evaluate.batch@1", "SUPERTUNE_FAULT_IN": " federate "})
+    killed = federate_cli(str(copy), env={"SUPERTUNE_FAULT": "evaluate.batch@1", "SUPERTUNE_FAULT_IN": " federate "})
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (rd / "global").is_dir() and not (rd / "site-a" / "evaluated.json").exists()
     assert json.loads((rd / "started.json").read_text()) == started
@@ -279,7 +269,7 @@ def _same_round_after_a_kill_in_its_average(
     (its left_out receipts, the weights and left_out of averaged.json) and writes the global model of
     the uninterrupted `reference`, file for file and byte for byte."""
     rd = f"round-{number:03d}"
-    killed = _federate(str(copy), *args, env={"SUPERTUNE_FAULT": "average.tensor@2"})
+    killed = federate_cli(str(copy), *args, env={"SUPERTUNE_FAULT": "average.tensor@2"})
     assert killed.returncode == -9 and not (copy / rd / "global").exists(), killed.stderr[-3000:]
     assert "training here" not in _in_process(caplog, copy)
     decided = sorted((reference / rd).glob("*/left_out.json"))

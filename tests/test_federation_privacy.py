@@ -12,8 +12,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +19,9 @@ import pytest
 import yaml
 from safetensors.numpy import load_file, save_file
 
+from federation_cli import corpus_sites, federate_cli
 from federation_copies import copy_before_average, copy_through_round_one_training
 from supertune.config.errors import ConfigError
-from supertune.federation.config.default import site_corpus
 from supertune.federation.config.load import load_federation
 from supertune.federation.config.privacy import site_noise_std
 from supertune.federation.config.schema import FederationConfig, PrivacyConfig, SiteConfig
@@ -210,13 +208,7 @@ Z, CLIP, DELTA = 1.0, 0.5, 1e-5
 
 
 def _config(**extra) -> dict:
-    sites = []
-    for name in ("site-a", "site-b"):
-        train, validation = site_corpus(name)
-        overrides = [f"data.train_files={train}", f"data.validation_files={validation}", "generate.max_new_tokens=0",
-                     "training.report_to=[]", "data.max_eval_samples=16", "training.warmup_steps=0"]  # fmt: skip
-        sites.append({"name": name, "overrides": overrides, "steps_per_round": 2})
-    return {"name": "private", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "sites": sites,
+    return {"name": "private", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 2, "sites": corpus_sites(2),
             "transfer": {"delta": True}, "aggregation": {"weights": "uniform"},
             "privacy": {"clip_norm": CLIP, "noise_multiplier": Z, "delta": DELTA}, **extra}  # fmt: skip
 
@@ -234,16 +226,6 @@ def test_the_dry_run_says_what_each_site_does_to_its_change(tmp_path: Path, caps
     assert not (tmp_path / "fed").exists()
 
 
-def _federate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supertune", "federate", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        timeout=900,
-    )
-
-
 def _global(fed: Path, number: int) -> dict[str, np.ndarray]:
     out = {}
     for f in sorted((fed / f"round-{number:03d}" / "global").glob("*.safetensors")):
@@ -259,7 +241,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 def private(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("private")
     (root / "federation.yaml").write_text(yaml.safe_dump(_config(), sort_keys=False))
-    proc = _federate(str(root / "federation.yaml"), "--dir", str(root / "fed"))
+    proc = federate_cli(str(root / "federation.yaml"), "--dir", str(root / "fed"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "site-a round 1: its change's L2 norm" in proc.stderr
     return root / "fed"
@@ -292,7 +274,7 @@ def test_a_private_federation_tables_the_epsilon_it_spent(private: Path) -> None
         f"privacy: epsilon {two:.3f} at delta 1e-05 spent through round 2 (clip_norm 0.5, noise_multiplier 1;"
         in markdown
     )
-    status = _federate("--status", str(private))
+    status = federate_cli("--status", str(private))
     assert status.returncode == 0 and status.stdout == markdown
     # each site's key: readable by its owner only, never among what it sent
     for site in ("site-a", "site-b"):
@@ -314,7 +296,7 @@ def test_a_federation_killed_while_a_noised_change_is_written_resumes_to_the_sam
     copy_before_average(private, fed, 1)
     for site in ("site-a", "site-b"):
         shutil.rmtree(fed / "round-001" / site / "sent")
-    killed = _federate(str(fed), env={"SUPERTUNE_FAULT": "transfer.tensor@3"})
+    killed = federate_cli(str(fed), env={"SUPERTUNE_FAULT": "transfer.tensor@3"})
     assert killed.returncode != 0 and not (fed / "round-001" / "averaged.json").exists()
     federate(str(fed), None)
     for site in ("site-a", "site-b"):

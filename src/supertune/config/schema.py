@@ -154,6 +154,11 @@ class DataConfig:
         """data.loss_on, or the default of data.format when it is empty."""
         return self.loss_on or _DEFAULT_LOSS_ON[self.format]
 
+    @property
+    def embedded(self) -> bool:
+        """Whether no data is named (no files, dataset or token store): the embedded data stands in."""
+        return not (self.train_files or self.dataset_name or self.store)
+
 
 _DEFAULT_LOSS_ON = {"text": "all", "prompt_completion": "completion", "chat": "assistant"}
 

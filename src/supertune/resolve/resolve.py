@@ -20,7 +20,6 @@ from ..clusters.schema import ClusterProfile
 from ..config.build import build_config, build_config_and_problems
 from ..config.errors import ConfigError
 from ..config.load import absolute_paths
-from ..config.objectives import objective_names
 from ..config.overrides import OverrideValue, parse_overrides
 from ..config.schema import RunConfig
 from ..config.validate import config_problems
@@ -80,10 +79,13 @@ def resolve(
     profile, profile_layer = _profile_layer(_cluster_name(merge_layers(user_layers)), problems)
     layers = ([profile_layer] if profile_layer else []) + user_layers
     layers += _epochs_layer(layers)
-    layers += _embedded_pairs_layer(layers)
     # An unknown key or a wrong type leaves its field at the default: the rest is checked as well,
     # so the user sees every problem of the config in one error.
     cfg, build_problems = build_config_and_problems(RunConfig, merge_layers(layers))
+    pairs = _embedded_pairs_layer(cfg, layers)
+    if pairs:  # built again with the rule's values, each where no layer set it
+        layers += pairs
+        cfg, build_problems = build_config_and_problems(RunConfig, merge_layers(layers))
     problems += build_problems
     cfg = _planned_global_batch(cfg, profile, problems)
     if not files_here:
@@ -118,21 +120,10 @@ once: held-out preference accuracy 0.68 at step 100, 0.89 at 200, 0.955 at 300 a
 (0.81 after 250 steps: the schedule decays sooner); the default 120 steps at 2e-3 stay near chance."""
 
 
-def _embedded_pairs_layer(layers: list[Layer]) -> list[Layer]:
+def _embedded_pairs_layer(cfg: RunConfig, layers: list[Layer]) -> list[Layer]:
     """training.max_steps and learning_rate of EMBEDDED_PAIRS_SETTINGS, where no layer sets them, for a
     preference objective with no data given (the embedded pairs stand in, as the corpus does for sft)."""
-    merged = merge_layers(layers)
-    training, data = merged.get("training") or {}, merged.get("data") or {}
-    if not isinstance(training, dict) or not isinstance(data, dict):
-        return []  # a section that is no mapping: the build names it
-    objective = training.get("objective", "sft")
-    objective = objective.raw if isinstance(objective, OverrideValue) else objective  # the command line's text
-    given = [data.get(key) for key in ("train_files", "dataset_name", "store")]
-    if (
-        objective == "sft"
-        or objective not in objective_names()
-        or any((v.parsed if isinstance(v, OverrideValue) else v) for v in given)
-    ):
+    if cfg.training.objective == "sft" or not cfg.data.embedded:
         return []
     found = origins(layers)
     unset = {k: v for k, v in EMBEDDED_PAIRS_SETTINGS.items() if f"training.{k}" not in found}

@@ -13,7 +13,7 @@ from ..config.staleness import STALENESS
 from ..state.cost import site_cost
 from ..state.layout import FederationDir
 from ..state.receipts import read_arrival, read_published, read_receipt, read_task
-from ..state.records import Arrival
+from ..state.records import Arrival, BufferedTask
 from .table import base_losses, history_lines, number_cell, save_figure
 
 __all__ = ["buffered_table", "buffered_table_markdown", "buffered_figure", "write_buffered_table"]
@@ -33,15 +33,21 @@ def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]
         into.update({n: (number, w) for n, w in zip(published.arrivals, published.weights)})
     newest = len(versions)
     rows = [
-        {**a.as_json(), "into_version": into.get(a.number, (None,))[0], "share": into.get(a.number, (None, None))[1]}
+        {
+            **a.as_json(),
+            "into_version": into.get(a.number, (None,))[0],
+            "share": into.get(a.number, (None, None))[1],
+            "local_loss": (read_receipt(root.task(a.site, a.task).trained) or {}).get("eval_loss"),
+        }
         for a in arrivals
     ]
     last = root.round(newest)
     sites = []
     for site in fed.sites:
         mine = [a for a in arrivals if a.site == site.name]
-        training = _task_in_progress(root, site.name, {a.task for a in mine})
-        cost = _site_tasks_cost(root, site.name)
+        tasks = _site_tasks(root, site.name)
+        training = _task_in_progress(tasks, {a.task for a in mine})
+        cost = _tasks_cost(root, site.name, tasks)
         sites.append({
             "site": site.name,
             "contributions": sum(not a.dropped for a in mine),
@@ -66,32 +72,35 @@ def buffered_table(fed: FederationConfig, root: FederationDir) -> dict[str, Any]
     }
 
 
-def _site_tasks_cost(root: FederationDir, site: str) -> dict[str, float | int | None]:
+def _site_tasks(root: FederationDir, site: str) -> list[BufferedTask]:
+    """The site's tasks in order, each task.json read once."""
+    tasks: list[BufferedTask] = []
+    while (task := read_task(root.task(site, len(tasks) + 1).task_record)) is not None:
+        tasks.append(task)
+    return tasks
+
+
+def _tasks_cost(root: FederationDir, site: str, tasks: list[BufferedTask]) -> dict[str, float | int | None]:
     """{node_hours, attempts} of every task of the site (each task's cost.json, as a round's site's),
     taken or not: a change stopped or dropped cost its training too; None when none was recorded."""
-    hours, attempts, number, any_recorded = 0.0, 0, 1, False
-    while read_task(root.task(site, number).task_record) is not None:
-        cost = site_cost(root.task(site, number).path / "cost.json")
-        if cost["attempts"] is not None:
-            any_recorded = True
-            hours += float(cost["node_hours"] or 0.0)
-            attempts += int(cost["attempts"])
-        number += 1
-    return {"node_hours": hours, "attempts": attempts} if any_recorded else {"node_hours": None, "attempts": None}
+    costs = [site_cost(root.task(site, task.task).path / "cost.json") for task in tasks]
+    recorded = [c for c in costs if c["attempts"] is not None]
+    if not recorded:
+        return {"node_hours": None, "attempts": None}
+    return {
+        "node_hours": sum(float(c["node_hours"] or 0.0) for c in recorded),
+        "attempts": sum(int(c["attempts"] or 0) for c in recorded),
+    }
 
 
-def _task_in_progress(root: FederationDir, site: str, taken: set[int]) -> int | None:
-    """The version a site's task not taken yet started from, or None (it trains nothing now)."""
-    number, found = 1, None
-    while (task := read_task(root.task(site, number).task_record)) is not None:
-        if number not in taken:
-            found = task.base_version
-        number += 1
-    return found
+def _task_in_progress(tasks: list[BufferedTask], taken: set[int]) -> int | None:
+    """The version the site's last task not taken yet started from, or None (it trains nothing now)."""
+    return next((task.base_version for task in reversed(tasks) if task.task not in taken), None)
 
 
-def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
-    t = buffered_table(fed, root)
+def buffered_table_markdown(fed: FederationConfig, root: FederationDir, t: dict[str, Any] | None = None) -> str:
+    """The table of rounds.md and --status; `t`: buffered_table's when the caller has it already."""
+    t = buffered_table(fed, root) if t is None else t
     a = fed.aggregation
     kind = STALENESS[a.staleness.kind]
     limit = (
@@ -113,10 +122,9 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     ]
     for r in t["arrivals"]:
         into = "dropped" if r["dropped"] else "buffered" if r["into_version"] is None else str(r["into_version"])
-        trained = read_receipt(root.task(r["site"], r["task"]).trained) or {}
         lines.append(
             f"| {into} | {r['number']} | {r['site']} | {r['task']} | {r['base_version']} | {r['staleness']} | "
-            f"{r['tokens']:,} | {r['weight']:,.1f} | {number_cell(r['share'])} | {number_cell(trained.get('eval_loss'))} |"
+            f"{r['tokens']:,} | {r['weight']:,.1f} | {number_cell(r['share'])} | {number_cell(r['local_loss'])} |"
         )
     lines += [
         "",
@@ -134,7 +142,7 @@ def buffered_table_markdown(fed: FederationConfig, root: FederationDir) -> str:
     return "\n".join(lines + history_lines(fed, root)) + "\n"
 
 
-def buffered_figure(fed: FederationConfig, root: FederationDir):
+def buffered_figure(fed: FederationConfig, root: FederationDir, t: dict[str, Any] | None = None):
     """The figure of rounds.png (a matplotlib Figure, Agg), both panels against minutes since the first
     arrival: on the left the published version (a step line) and each arrival at the version it went
     into, one colour a site; on the right each arrival's staleness (dropped ones as x)."""
@@ -146,7 +154,7 @@ def buffered_figure(fed: FederationConfig, root: FederationDir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t = buffered_table(fed, root)
+    t = buffered_table(fed, root) if t is None else t
     rows = t["arrivals"]
     start = min((r["unix"] for r in rows), default=0.0)
     minutes = {r["number"]: (r["unix"] - start) / 60.0 for r in rows}
@@ -185,6 +193,7 @@ def buffered_figure(fed: FederationConfig, root: FederationDir):
 def write_buffered_table(fed: FederationConfig, root: FederationDir) -> None:
     from ...rundir import write_json_atomic
 
-    write_json_atomic(root.table_json, buffered_table(fed, root))
-    root.table_markdown.write_text(buffered_table_markdown(fed, root), encoding="utf-8")
-    save_figure(buffered_figure(fed, root), root)
+    t = buffered_table(fed, root)  # the receipts read once for the three
+    write_json_atomic(root.table_json, t)
+    root.table_markdown.write_text(buffered_table_markdown(fed, root, t), encoding="utf-8")
+    save_figure(buffered_figure(fed, root, t), root)

@@ -106,10 +106,11 @@ def base_losses(fed: FederationConfig, root: FederationDir) -> dict[str, float |
     return {s.name: (read_receipt(root.round(0).site(s.name).evaluated) or {}).get("eval_loss") for s in fed.sites}
 
 
-def table_markdown(fed: FederationConfig, root: FederationDir) -> str:
+def table_markdown(fed: FederationConfig, root: FederationDir, rows: list[dict[str, Any]] | None = None) -> str:
+    """The table of rounds.md and --status; `rows`: table_rows' when the caller has them already."""
     from .epsilon import privacy_summary
 
-    rows = table_rows(fed, root)
+    rows = table_rows(fed, root) if rows is None else rows
     base = base_losses(fed, root)
     private = fed.privacy.active
     lines = [
@@ -214,22 +215,19 @@ def _when(unix: float | None) -> str:
 def write_table(fed: FederationConfig, root: FederationDir) -> None:
     from ...rundir import write_json_atomic
 
+    rows = table_rows(fed, root)  # the receipts read once (and the privacy accountant run once) for all three
     write_json_atomic(
         root.table_json,
         {
             "federation": fed.name,
             "base": base_losses(fed, root),
-            "rows": table_rows(fed, root),
+            "rows": rows,
             "benchmarks": {str(n): scores for n, scores in round_benchmarks(fed, root).items()},
-            "totals": totals(table_rows(fed, root)),
+            "totals": totals(rows),
         },
     )
-    root.table_markdown.write_text(table_markdown(fed, root), encoding="utf-8")
-    _plot(fed, root)
-
-
-def _plot(fed: FederationConfig, root: FederationDir) -> None:
-    save_figure(loss_figure(fed, root), root)
+    root.table_markdown.write_text(table_markdown(fed, root, rows), encoding="utf-8")
+    save_figure(loss_figure(fed, root, rows), root)
 
 
 def save_figure(fig, root: FederationDir) -> None:
@@ -242,7 +240,7 @@ def save_figure(fig, root: FederationDir) -> None:
     tmp.replace(root.plot)
 
 
-def loss_figure(fed: FederationConfig, root: FederationDir):
+def loss_figure(fed: FederationConfig, root: FederationDir, rows: list[dict[str, Any]] | None = None):
     """The figure of rounds.png (a matplotlib Figure, Agg): on the left each site's loss by round under the
     global model (solid) and after local training (dashed); on the right the global model's loss against
     the node-hours the federation had spent through that round."""
@@ -254,7 +252,7 @@ def loss_figure(fed: FederationConfig, root: FederationDir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, base = table_rows(fed, root), base_losses(fed, root)
+    rows, base = (table_rows(fed, root) if rows is None else rows), base_losses(fed, root)
     fig, (ax, spent) = plt.subplots(1, 2, figsize=(12, 4.5))
     # The federation's node-hours through each round: the x of the second panel.
     cumulative = {0: 0.0}

@@ -33,7 +33,15 @@ from .failures import FederationError
 from .loop import RoundWork, SiteWork
 from .quorum import leave_out_failed_sites
 
-__all__ = ["Ending", "FINISHED", "AttemptRunner", "AttemptPolicy", "submit_with_retries"]
+__all__ = [
+    "Ending",
+    "FINISHED",
+    "AttemptRunner",
+    "AttemptPolicy",
+    "submit_with_retries",
+    "attempts_allowed",
+    "say_retry",
+]
 
 log = logging.getLogger("supertune")
 
@@ -88,6 +96,17 @@ class AttemptRunner(Protocol[Handle]):
         ...
 
 
+def attempts_allowed(fed: FederationConfig) -> int:
+    """Tries of a site's training (of a round, or a buffered task) and of its jobs' submissions: 1 + site_retries."""
+    return 1 + fed.site_retries
+
+
+def say_retry(label: str, tries: int, attempts: int, why: str, pause: float = 0.0) -> None:
+    """The log line of a failed attempt that is tried again."""
+    wait = f" in {pause:g}s" if pause else ""
+    log.warning("%s: attempt %d of %d failed; trying again%s: %s", label, tries, attempts, wait, why)
+
+
 class AttemptPolicy(Generic[Handle]):
     """The round's attempts of its sites' training: start them (`start`, `run`), wait for them
     (`wait`), then `leave_out` the sites in `failed` (site -> (reason, attempts))."""
@@ -96,7 +115,7 @@ class AttemptPolicy(Generic[Handle]):
         self.fed, self.work = fed, work
         self.until = until
         """The unix time at which the round's deadline passes (attempts.round_deadline); None without one."""
-        self.attempts = 1 + fed.site_retries
+        self.attempts = attempts_allowed(fed)
         self.failed: dict[str, tuple[str, int]] = {}
         self.tries: dict[str, int] = {}
         self._reasons: dict[str, str] = {}
@@ -186,9 +205,7 @@ class AttemptPolicy(Generic[Handle]):
         elif ending.late:
             log.warning("%s: %s; %s", w.label, ending.reason, ending.note)
         elif again:
-            pause = f" in {ending.pause:g}s" if ending.pause else ""
-            log.warning("%s: attempt %d of %d failed; trying again%s: %s", w.label, tries, self.attempts, pause,
-                        ending.message or ending.reason)  # fmt: skip
+            say_retry(w.label, tries, self.attempts, ending.message or ending.reason, ending.pause)
         elif not self.decides:
             raise FederationError(ending.message or ending.reason, reason=ending.reason)
         else:
@@ -207,7 +224,7 @@ def submit_with_retries(fed: FederationConfig, label: str, what: str, submit: Ca
     `poll_seconds` later after a UserError (the cluster unreachable, sbatch refusing it), at most
     1 + site_retries times in all, as a training's submission is: a blip of the network costs a pause,
     not the federation. FederationError naming the site, the job and the last error once none is left."""
-    attempts, tries = 1 + fed.site_retries, 0
+    attempts, tries = attempts_allowed(fed), 0
     while True:
         tries += 1
         try:

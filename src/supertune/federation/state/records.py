@@ -10,6 +10,7 @@ Built from what was read (`from_json`) only after receipts.py found its fields s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,11 +231,11 @@ class BufferedTask:
     """The global version the site's training starts from (0: the base model)."""
 
     def as_json(self) -> dict[str, Any]:
-        return {"site": self.site, "task": self.task, "base_version": self.base_version}
+        return dataclasses.asdict(self)  # a new record: its JSON keys are its fields, in their order
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BufferedTask:
-        return cls(site=data["site"], task=data["task"], base_version=data["base_version"])
+        return cls(**{k: data[k] for k in TASK_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -266,21 +267,7 @@ class Arrival:
     unix: float
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "site": self.site,
-            "task": self.task,
-            "base_version": self.base_version,
-            "version": self.version,
-            "staleness": self.staleness,
-            "tokens": self.tokens,
-            "samples": self.samples,
-            "weight": self.weight,
-            "dropped": self.dropped,
-            "checkpoint": self.checkpoint,
-            "sent": self.sent,
-            "unix": self.unix,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Arrival:
@@ -303,14 +290,7 @@ class PublishedVersion:
     seconds: float
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "global_model": self.global_model,
-            "previous": self.previous,
-            "arrivals": list(self.arrivals),
-            "weights": list(self.weights),
-            "seconds": self.seconds,
-        }
+        return dataclasses.asdict(self)  # the lists copied: a record never shares them
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PublishedVersion:

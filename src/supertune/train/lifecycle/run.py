@@ -231,7 +231,7 @@ def _sample(cfg: RunConfig, trainer: Any, tokenizer: Any, env: LaunchEnvironment
     synced = shards_parameters(cfg, env)
     if not (env.is_main or synced):
         return None
-    if cfg.data.format == "chat" or (is_preference(cfg) and _embedded_data(cfg)):
+    if cfg.data.format == "chat" or (is_preference(cfg) and cfg.data.embedded):
         text = _chat_sample(cfg, model, tokenizer, synced)
     else:
         text = generate_text(model, tokenizer, cfg.generate, synced_gpus=synced)
@@ -243,14 +243,9 @@ def _chat_sample(cfg: RunConfig, model: Any, tokenizer: Any, synced: bool) -> st
     conversations), or to generate.prompt as a user turn; the conversation and the answer, one line each."""
     from ...embedded import sample_conversation
 
-    messages = sample_conversation() if _embedded_data(cfg) else [{"role": "user", "content": cfg.generate.prompt}]
+    messages = sample_conversation() if cfg.data.embedded else [{"role": "user", "content": cfg.generate.prompt}]
     answer = generate_reply(model, tokenizer, cfg.generate, messages, synced_gpus=synced)
     return " | ".join(f"{m['role']}: {m['content']}" for m in messages) + f" | assistant: {answer}"
-
-
-def _embedded_data(cfg: RunConfig) -> bool:
-    d = cfg.data
-    return not (d.train_files or d.dataset_name or d.store)
 
 
 def _summary(

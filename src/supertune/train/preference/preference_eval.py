@@ -21,7 +21,7 @@ from ...evaluation.perplexity import load_saved_model
 from ...evaluation.placement import input_device
 from ...modeling.model import build_model, context_length
 from ...training_data.preference_data import PreferenceRows, build_preference_data
-from .preference_reference import attach_reference
+from .preference_reference import attach_reference, scored_batches
 from .preference_scoring import MetricSums, PreferenceScorer, reference_kind
 
 __all__ = ["evaluate_preference_model", "preference_metrics"]
@@ -57,27 +57,17 @@ def preference_metrics(
 ) -> dict[str, float]:
     """eval_loss and the eval_* metrics of `model` on `rows` in batches of `batch_size` (their
     reference log-probabilities attached when the objective has a reference), one process."""
-    import torch
-
     scorer = PreferenceScorer(t, "precomputed" if rows.reference is not None else None)
     device = input_device(model)
     sums = MetricSums(device)
     weighed, sequences = 0.0, 0
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(rows), batch_size):
-                items = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
-                batch = {k: v.to(device) for k, v in collator(items).items()}
-                out = scorer.loss(model, batch)
-                sums.add(out)
-                # The Trainer's evaluation repeats each batch's loss once per sequence of the batch.
-                n = batch["input_ids"].shape[0]
-                weighed += float(out.loss) * n
-                sequences += n
-    finally:
-        model.train(was_training)
+    for _, _, batch in scored_batches(model, rows, collator, batch_size, device):
+        out = scorer.loss(model, batch)
+        sums.add(out)
+        # The Trainer's evaluation repeats each batch's loss once per sequence of the batch.
+        n = batch["input_ids"].shape[0]
+        weighed += float(out.loss) * n
+        sequences += n
     return {"eval_loss": weighed / max(sequences, 1), **{f"eval_{k}": v for k, v in sums.averaged().items()}}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import torch
 from ...training_data.preference_data import PreferenceRows
 from .preference_losses import sequence_logps
 
-__all__ = ["attach_reference", "reference_logps"]
+__all__ = ["attach_reference", "reference_logps", "scored_batches"]
 
 log = logging.getLogger("supertune")
 
@@ -41,6 +42,22 @@ def attach_reference(model: Any, splits: list[PreferenceRows], collator: Any, ba
 def reference_logps(model: Any, rows: PreferenceRows, collator: Any, batch_size: int, device: Any) -> np.ndarray:
     """Rows x 2 float64: each row's (chosen, rejected) or (answer, KL row) summed answer log-probability."""
     out = np.zeros((len(rows), 2), dtype=np.float64)
+    for start, n, batch in scored_batches(model, rows, collator, batch_size, device, drop=("reference",)):
+        first = _scored(model, batch, "")
+        if rows.paired:
+            out[start : start + n, 0], out[start : start + n, 1] = first[:n], first[n:]
+        else:
+            out[start : start + n, 0] = first
+            out[start : start + n, 1] = _scored(model, batch, "kl_")
+    return out
+
+
+def scored_batches(
+    model: Any, rows: PreferenceRows, collator: Any, batch_size: int, device: Any, drop: tuple[str, ...] = ()
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(first row, rows, collated batch on `device`) of `rows` in order, `batch_size` at a time, with
+    `model` in eval mode and no gradients while they are scored (its mode given back after); `drop`:
+    keys of the rows the collator must not see."""
     was_training = model.training
     model.eval()
     try:
@@ -48,18 +65,11 @@ def reference_logps(model: Any, rows: PreferenceRows, collator: Any, batch_size:
             for start in range(0, len(rows), batch_size):
                 items = [rows[i] for i in range(start, min(start + batch_size, len(rows)))]
                 for item in items:
-                    item.pop("reference", None)
-                batch = {k: v.to(device) for k, v in collator(items).items()}
-                first = _scored(model, batch, "")
-                if rows.paired:
-                    n = len(items)
-                    out[start : start + n, 0], out[start : start + n, 1] = first[:n], first[n:]
-                else:
-                    out[start : start + len(items), 0] = first
-                    out[start : start + len(items), 1] = _scored(model, batch, "kl_")
+                    for key in drop:
+                        item.pop(key, None)
+                yield start, len(items), {k: v.to(device) for k, v in collator(items).items()}
     finally:
         model.train(was_training)
-    return out
 
 
 def _scored(model: Any, batch: dict[str, Any], prefix: str) -> np.ndarray:

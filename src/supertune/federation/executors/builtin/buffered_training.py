@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from ....rundir import RunDir
 from ...config.schema import FederationConfig
-from ...rounds.attempt_policy import Ending
+from ...rounds.attempt_policy import Ending, attempts_allowed, say_retry
 from ...rounds.buffered import BufferedSites
 from ...rounds.failures import FederationError
 from ...rounds.loop import SiteWork
@@ -34,7 +34,7 @@ def train_buffered(fed: FederationConfig, sites: BufferedSites) -> None:
     local = LocalTraining(fed, None)
     order = {s.name: i for i, s in enumerate(fed.sites)}
     plans = {p.site.name: p for p in sites.plans}
-    attempts = 1 + fed.site_retries
+    attempts = attempts_allowed(fed)
     running: dict[Future[Ending], tuple[SiteWork, int]] = {}
     with ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="site") as pool:
 
@@ -69,8 +69,7 @@ def _took(w: SiteWork, ending: Ending, tries: int, attempts: int) -> bool:
     if ending.reason is None:
         return True
     if tries < attempts and ending.again:
-        log.warning("%s task %d: attempt %d of %d failed; trying again: %s", w.name, w.round, tries, attempts,
-                    ending.message or ending.reason)  # fmt: skip
+        say_retry(f"{w.name} task {w.round}", tries, attempts, ending.message or ending.reason)
         return False
     raise FederationError(ending.message or f"{w.label}: {ending.reason}", reason=ending.reason)
 
