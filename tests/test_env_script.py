@@ -270,13 +270,24 @@ def test_the_default_run_does_not_make_the_streamflow_venv(repo: Path, tmp_path:
 
 def test_the_core_leaves_out_the_extras_and_the_tests_take_everything(repo: Path, tmp_path: Path) -> None:
     """SUPERTUNE_PACKAGES=core installs the pins of what a training run needs: not those of
-    pyproject.toml's extras (pytest, DeepSpeed, W&B, MLflow, lm-evaluation-harness, torchao, Opacus)."""
+    pyproject.toml's extras (pytest, DeepSpeed, W&B, MLflow, lm-evaluation-harness, torchao, Opacus, cryptography)."""
     core = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu", SUPERTUNE_PACKAGES="core")
     assert core.returncode == 0, core.stderr
     [line] = [x for x in core.stdout.splitlines() if "pip install torch==2.13.0 transformers==" in x]
     names = {pin.split("==")[0].lower() for pin in line.split("pip install ", 1)[1].split()}
     assert {"torch", "transformers", "accelerate", "datasets", "peft", "safetensors", "matplotlib"} <= names
-    extras = {"pytest", "pytest-xdist", "ruff", "deepspeed", "wandb", "mlflow", "lm_eval", "torchao", "opacus"}
+    extras = {
+        "pytest",
+        "pytest-xdist",
+        "ruff",
+        "deepspeed",
+        "wandb",
+        "mlflow",
+        "lm_eval",
+        "torchao",
+        "opacus",
+        "cryptography",
+    }
     assert not names & extras
     everything = _print(repo, tmp_path, SUPERTUNE_TORCH="cpu")
     assert f"pip install -r {repo}/src/supertune/pinned-requirements.txt" in everything.stdout
