@@ -25,6 +25,7 @@ def epilog() -> str:
         "  supertune federate runs/llama-2sites --skip-site lumi  # leave a site out of the next round only\n"
         "  supertune federate federation.yaml --plan            # expected node-hours and bytes of the rounds left\n"
         "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed   # a site's agent (executor: agents)\n"
+        "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed --new-key ~/.supertune/leonardo.key\n"
         "  supertune federate --site leonardo ssh://me@vm.example.org/srv/fed --submit --cluster leonardo --time 04:00:00\n"
         "                                                       # the agent as a chain of SLURM jobs\n"
         "  supertune federate runs/llama-2sites --plan --link link.json   # and each round's time over a measured link\n"
@@ -69,6 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --site: run the agent as a chain of SLURM jobs on --cluster, each submitting the next before its "
         "time limit, until the federation's last round; with --dry-run, print the job script",
     )
+    p.add_argument(
+        "--new-key",
+        metavar="KEYFILE",
+        help="with --site NAME: make the site's key pair for secure aggregation: the private key in KEYFILE (mode "
+        "0600, never overwritten), the public key printed, to pin in the federation config as sites[].public_key; "
+        "nothing else is done",
+    )
+    p.add_argument(
+        "--key",
+        metavar="KEYFILE",
+        help="with --site NAME EXCHANGE: the site's private key (--new-key made it); the agent refuses to run unless "
+        "its public key is the one the federation pins for the site",
+    )
     p.add_argument("--cluster", help="with --site --submit: the cluster profile whose SLURM runs the agent's jobs")
     p.add_argument("--time", help="with --site --submit: each job's wall-clock limit (default 04:00:00)")
     p.add_argument(
@@ -104,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
     if chain and not (args.site and args.submit):
         raise UserError(
             f"{chain[0]}: only with --site NAME EXCHANGE --submit (a site's agent as a chain of SLURM jobs)"
+        )
+    if (args.new_key or args.key) and not args.site:
+        raise UserError(f"{'--new-key' if args.new_key else '--key'}: only with --site NAME (a site's key)")
+    if args.new_key:
+        return _new_key(args)
+    if args.key and args.submit:
+        raise UserError(
+            "--key: not with --submit yet (a chain's jobs take no key); run the agent by hand with --site NAME EXCHANGE --key KEYFILE"
         )
     if args.site and args.submit:
         return _submit_chain(args)
@@ -143,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         from ..federation.executors.agents.site_agent import run_agent_through_outages
 
         setup_logging()
-        ended = run_agent_through_outages(args.site, args.federation, args.dir)
+        ended = run_agent_through_outages(args.site, args.federation, args.dir, args.key)
         print(f"supertune: {ended.said}")
         return 0
 
@@ -153,6 +175,25 @@ def run(args: argparse.Namespace) -> int:
     print((root.table_markdown).read_text(encoding="utf-8"), end="")
     plot = f", plot {root.plot.name}" if root.plot.is_file() else ""
     print(f"supertune: federation finished: {root.path} (table {root.table_markdown.name}{plot})")
+    return 0
+
+
+def _new_key(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import UserError
+    from ..federation.state.site_key import make_site_key
+
+    others = [f for f, v in (("--key", args.key), ("--dir", args.dir), ("--drop", args.drop),
+                             ("--skip-site", args.skip_site), ("--status", args.status), ("--plan", args.plan),
+                             ("--dry-run", args.dry_run)) if v]  # fmt: skip
+    if others:
+        raise UserError(f"--new-key: makes a key and does nothing else; leave out {others[0]}")
+    public = make_site_key(Path(args.new_key).expanduser())
+    print(public)
+    print(f"supertune: site {args.site}: private key written to {args.new_key} (mode 0600; it never leaves this site); "
+          f"pin the public key above in the federation config as the site's public_key, and run its agent with "
+          f"--key {args.new_key}", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -55,6 +55,9 @@ class ExecutorKind:
     place: Callable[[Any, Any], str] | None = None
     """How `federate --dry-run` says where a site (fed, site) trains when the executor decides it; None:
     by the site's `where` and `login`."""
+    secure_aggregation: bool = False
+    """Whether it carries privacy.secure_aggregation: the sites' changes masked at the sites, only their
+    sum seen by the coordinator (elsewhere the setting is refused)."""
     dry_run: str = ""
     """`module:attribute` of a callable (fed, plans, root) -> (plan lines, files' texts) that `federate
     --dry-run` adds: what the executor writes for round 1; empty: nothing."""
@@ -94,6 +97,7 @@ EXECUTORS: dict[str, ExecutorKind] = {
             factory="supertune.federation.executors.agents.coordinator:AgentsExecutor",
             site_files_here=False,
             uses_exchange=True,
+            site_keys=("public_key",),
             place=_agent_place,
         ),
     )

@@ -33,7 +33,7 @@ __all__ = [
 FEDERATION_FILE = "federation.yaml"
 """The loaded config in a federation directory (layout.FederationDir.config), from which it resumes."""
 SITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
-_SITE_KEYS = ("login", "workdir", "python")
+_SITE_KEYS = ("login", "workdir", "python", "public_key")
 """Keys of a site that some executors use (ExecutorKind.site_keys) and the others refuse."""
 
 
@@ -143,10 +143,14 @@ def federation_problems(fed: FederationConfig, unreadable: list[str] | None = No
     p += _executor_problems(fed)
     from .buffered import buffered_problems
     from .privacy import privacy_install_problem, privacy_problems
+    from .secure_aggregation import secure_aggregation_install_problem, secure_aggregation_problems
 
     p += buffered_problems(fed)
     p += privacy_problems(fed)
     here += privacy_install_problem(fed)
+    if 1 <= fed.rounds <= MAX_ROUNDS:  # it walks every round
+        p += secure_aggregation_problems(fed)
+    here += secure_aggregation_install_problem(fed)
     if fed.streamflow.polling_seconds < 1:
         p.append(f"streamflow.polling_seconds: must be at least 1, got {fed.streamflow.polling_seconds}")
     if len(fed.sites) < 2:

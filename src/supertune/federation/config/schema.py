@@ -93,6 +93,8 @@ class PrivacyConfig:
     """z: each of the round's n sites adds Gaussian noise N(0, (z clip_norm)^2 / n) to every value of its clipped change, so that the sum of the n changes carries noise of standard deviation z clip_norm (distributed DP); 0: clipping only, no privacy guarantee."""
     delta: float = 1e-5
     """The delta at which the spent epsilon is reported (rounds.md, rounds.json, --status), in (0, 1); smaller than 1 / (the number of sites) is usual."""
+    secure_aggregation: bool = False
+    """Each site masks its int8/int4 change with masks agreed pairwise with the other sites (X25519 keys pinned in sites[].public_key), which cancel in the sum: the coordinator sees the sites' sum, never one site's change (docs/federated/privacy.md, "Secure aggregation"; not carried out by an executor yet)."""
 
     @property
     def active(self) -> bool:
@@ -126,6 +128,8 @@ class SiteConfig:
     """The first round the site trains in (it joins from the global model of the round before)."""
     until_round: int | None = None
     """The last round the site trains in; empty: the federation's last."""
+    public_key: str | None = None
+    """executor: agents: the site's X25519 public key, as `supertune federate --site NAME EXCHANGE --new-key KEYFILE` printed it at the site; its agent (run with --key KEYFILE) is refused unless its key matches, and privacy.secure_aggregation needs it for every site."""
 
     def in_round(self, number: int) -> bool:
         """Whether the site trains in round `number` (round 0, the base model's evaluation, has every site)."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import stat
 
 from ...errors import UserError
 from .layout import FederationDir
+from .private_files import check_private_file
 
 __all__ = ["site_noise_key", "KEY_BYTES"]
 
@@ -52,15 +52,12 @@ def _site_secret(root: FederationDir, site: str) -> bytes:
             pass
         finally:
             tmp.unlink()
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        # whoever owns it can read it, and may have written it: a key this process did not make is no secret
-        raise UserError(
-            f"privacy: the site's noise key {path} belongs to user {st.st_uid}, not to this one ({os.getuid()}); "
-            f"make the packages as its owner, or delete it for a new key (later packages get other noise)"
-        )
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UserError(f"privacy: the site's noise key {path} is readable by others; chmod 600 {path}")
+    # whoever owns it can read it, and may have written it: a key this process did not make is no secret
+    check_private_file(
+        path,
+        "privacy: the site's noise key",
+        "make the packages as its owner, or delete it for a new key (later packages get other noise)",
+    )
     data = path.read_bytes()
     if len(data) != KEY_BYTES:
         raise UserError(

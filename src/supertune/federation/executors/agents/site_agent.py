@@ -47,6 +47,7 @@ from ....transfer.package import PACKAGE_MANIFEST
 from ...config.schema import FederationConfig, SiteConfig
 from ...state.layout import FederationDir
 from ...state.receipts import read_attempts, read_receipt, read_trained, write_receipt
+from ...state.site_key import agent_key
 from . import exchange_layout as names
 from .exchange_wait import OUTAGE_WAIT, wait_at_exchange
 
@@ -69,9 +70,10 @@ class _SiteDropped(Exception):
     """The coordinator dropped this agent's site (dropped.json on the exchange): the agent stops."""
 
 
-def run_agent(site_name: str, where: str, directory: str | None) -> AgentEnd:
+def run_agent(site_name: str, where: str, directory: str | None, key: str | None = None) -> AgentEnd:
     """Run the agent of `site_name` against the exchange `where` until the federation's last round, or
-    until the coordinator drops the site."""
+    until the coordinator drops the site. `key`: the site's private key file (--key), checked against
+    the public key the federation pins for the site before anything is written."""
     address = parse_exchange(where, "FEDERATION (the exchange, with --site)")
     with Exchange(address) as exchange:
         text = _wait_for_config(exchange, where)
@@ -81,6 +83,7 @@ def run_agent(site_name: str, where: str, directory: str | None) -> AgentEnd:
             raise UserError(
                 f"--site: {site_name!r} is not a site of federation {fed.name}; its sites are {', '.join(s.name for s in fed.sites)}"
             )
+        agent_key(fed, site, key)
         root = FederationDir(Path(directory or Path("runs") / f"{fed.name}-{site_name}").expanduser().absolute())
         root.path.mkdir(parents=True, exist_ok=True)
         root.config.write_text(text, encoding="utf-8")
@@ -94,14 +97,14 @@ def run_agent(site_name: str, where: str, directory: str | None) -> AgentEnd:
         return AgentEnd(root, f"site {site_name}: every round done; its runs and receipts are in {root.path}")
 
 
-def run_agent_through_outages(site_name: str, where: str, directory: str | None) -> AgentEnd:
+def run_agent_through_outages(site_name: str, where: str, directory: str | None, key: str | None = None) -> AgentEnd:
     """run_agent for an agent run by hand (`supertune federate --site NAME EXCHANGE`): an outage of the
     exchange is waited out OUTAGE_WAIT seconds at a time, and the agent runs again from where it was (its
     receipts and the exchange's records say where), for as long as the outage lasts; any other error
     ends it. Each wait is said in the log; interrupt the agent to stop waiting."""
     while True:
         try:
-            return run_agent(site_name, where, directory)
+            return run_agent(site_name, where, directory, key)
         except ExchangeUnreachable as exc:
             log.warning("site %s: %s", site_name, exc)
             log.warning("site %s: the exchange is unreachable; the agent tries again in %g s, from where it was",
