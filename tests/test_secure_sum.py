@@ -103,8 +103,9 @@ def test_the_decoded_average_is_within_half_a_shared_step_of_the_plain_average(c
     error = np.abs(r["average"] - plain) / step
     assert r["clipped"] == 0
     assert error.max() <= 0.5 + 1e-4, error.max()
-    # Measured (docs/federated/privacy.md): int8 max 0.46, mean 0.07 of a step.
-    assert error.mean() < 0.15
+    # Measured (docs/federated/privacy.md): at most 0.47 of a step, 0.12 on average, int8 and int4 alike
+    # (4 roundings of at most 1/2 divided by 4: their mean is about 0.12).
+    assert error.mean() < 0.2
 
 
 def test_values_beyond_the_shared_scale_are_clipped_and_counted() -> None:
