@@ -5,6 +5,7 @@ one, and the upload costs at most (b + ceil(log2 N)) / b of the unmasked codec's
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +178,53 @@ def test_a_slice_of_a_stream_masks_as_the_whole_does() -> None:
 def test_a_bad_public_key_says_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         read_public_key(text)
+
+
+def test_the_coordinator_sums_upload_files_and_refuses_a_replayed_one_adding_nothing(tmp_path: Path) -> None:
+    """Each site's masked upload of round 3 as a file, summed to the unmasked sum; an upload of round 2
+    (or of another attempt) in its place is refused in one line naming the site, before anything is added."""
+    from supertune.errors import UserError
+    from supertune.transfer.secure_upload import UploadHeader, sum_uploads, write_upload
+
+    names = ["site0", "site1", "site2"]
+    keys = site_keys(names)
+    peers = publics(keys)
+    plan = SecureSum("int8", 3)
+    tensors = {"w": gaussian_changes(3, numel=64 * 20), "b": gaussian_changes(3, numel=70, seed=2)}
+
+    def headers(context: MaskContext) -> dict[str, UploadHeader]:
+        shape = tuple((name, xs[0].size) for name, xs in tensors.items())
+        return {
+            n: UploadHeader("fed-1", context.round, context.attempt, "values", n, tuple(names), plan.sum_bits, shape)
+            for n in names
+        }
+
+    def upload(context: MaskContext, folder: str) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
+        paths, plain = {}, {}
+        for i, n in enumerate(names):
+            masks = PairMasks(n, keys[n], peers, context)
+            packed = {}
+            for name, xs in tensors.items():
+                scales = np.full(plan.blocks(xs[i].size), 1e-4, np.float32)
+                q, _ = plan.encode(xs[i], scales, 1 / 3)
+                plain[name] = (plain.get(name, 0) + q.astype(np.uint64)) % 2**plan.sum_bits
+                packed[name] = pack_bits(masks.apply(q, f"values:{name}", 0, plan.sum_bits), plan.sum_bits)
+            paths[n] = tmp_path / folder / f"{n}.bin"
+            paths[n].parent.mkdir(exist_ok=True)
+            write_upload(paths[n], headers(context)[n], packed)
+        return paths, plain
+
+    paths, plain = upload(CONTEXT, "round3")
+    total = sum_uploads(headers(CONTEXT), paths)
+    assert all(np.array_equal(total[name].astype(np.uint64), plain[name]) for name in tensors)
+    earlier = MaskContext(CONTEXT.federation, CONTEXT.round - 1, CONTEXT.attempt)
+    old, _ = upload(earlier, "round2")
+    with pytest.raises(UserError) as replayed:
+        sum_uploads(headers(CONTEXT), dict(paths, site1=old["site1"]))
+    assert str(replayed.value) == (
+        "fed-1 round 3 attempt 1: site site1: its values upload is for round 2, not 3 "
+        "(round 2, attempt 1, values: a replay or a stale file); nothing is averaged"
+    )
+    again = MaskContext(CONTEXT.federation, CONTEXT.round, CONTEXT.attempt + 1)
+    with pytest.raises(UserError, match="site site0: its values upload is for attempt 1, not 2"):
+        sum_uploads(headers(again), paths)

@@ -2,8 +2,9 @@
 fp16, blockwise int8) into a transfer package with a manifest, with error feedback kept at the site
 and the change clipped and noised for differential privacy when asked; and the package read back a
 slice at a time. See codec.py, privacy.py and package.py. Secure aggregation's masked sum of the
-sites' changes is secure_sum.py (the integers and their bounds) and secure_masks.py (the pairwise
-masks; imported by name, as it needs the `cryptography` package)."""
+sites' changes is secure_sum.py (the integers and their bounds), secure_masks.py (the pairwise
+masks; imported by name, as it needs the `cryptography` package) and secure_upload.py (an upload as
+a file, and their sum)."""
 
 from .codec import CODECS, Codec
 from .package import (
