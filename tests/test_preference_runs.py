@@ -1,5 +1,6 @@
 """Preference runs end to end through `supertune train`: TRL's metrics in metrics.jsonl and the
-summary, a run killed after the reference was computed resumes to the same losses, KTO with LoRA
+summary, a run killed after the reference was computed resumes to the same losses (reading the
+reference log-probabilities back from the run instead of computing them again), KTO with LoRA
 (the reference the base with the adapter off), DPO learning the pairs it trains on, and DPO on the
 embedded pairs preferring the answers that agree with the facts (held-out preference accuracy >= 0.9)."""
 
@@ -69,9 +70,13 @@ def test_a_dpo_run_killed_resumes_to_the_same_losses(dpo, tmp_path):
     run = tmp_path / "run"
     killed = train(run, "training.objective=dpo", *SMALL, fault="step@3")
     assert killed.returncode != 0
+    assert "computed once with the start model" in killed.stderr
     resumed = train(run, "training.objective=dpo", *SMALL)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming from checkpoint-2" in resumed.stdout + resumed.stderr
+    # The reference log-probabilities the killed start wrote into the run are read back, not computed again.
+    assert f"reference log-probabilities of 32 and 16 rows read from {run / 'reference'}" in resumed.stderr
+    assert "computed once" not in resumed.stderr
     straight, again = losses(dpo), losses(run)
     assert again.keys() == straight.keys()
     for step, loss in straight.items():
