@@ -3,8 +3,8 @@
 The same 4 steps of the same global batch of 8 pairs (training.global_batch_size: 8 pairs on one
 process, 4 on each of two): the logged loss and TRL's metrics of every step, and the final
 evaluation, equal to 1e-5: DPO under DDP and under FSDP (full sharding), KTO under FSDP. One
-single-process run of an objective serves every comparison with it; every process pays some seconds of imports, so the runs are kept short (the
-embedded model with one layer, 32 training pairs).
+single-process run of an objective serves every comparison with it; every process pays some seconds
+of imports, so the runs are kept short (the embedded model with one layer, 32 training rows).
 """
 
 from __future__ import annotations
