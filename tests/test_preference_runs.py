@@ -1,5 +1,7 @@
 """Preference runs end to end through `supertune train`: TRL's metrics in metrics.jsonl and the
-summary, a run killed after the reference was computed resumes to the same losses, KTO with LoRA
+summary, a run killed after the reference was computed (after a checkpoint, or before the first)
+starts again to the same losses, reading the reference log-probabilities back from the run instead of
+computing them again, KTO with LoRA
 (the reference the base with the adapter off), DPO learning the pairs it trains on, and DPO on the
 embedded pairs preferring the answers that agree with the facts (held-out preference accuracy >= 0.9)."""
 
@@ -69,13 +71,30 @@ def test_a_dpo_run_killed_resumes_to_the_same_losses(dpo, tmp_path):
     run = tmp_path / "run"
     killed = train(run, "training.objective=dpo", *SMALL, fault="step@3")
     assert killed.returncode != 0
+    assert "computed once with the start model" in killed.stderr
     resumed = train(run, "training.objective=dpo", *SMALL)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming from checkpoint-2" in resumed.stdout + resumed.stderr
+    # The reference log-probabilities the killed start wrote into the run are read back, not computed again.
+    assert f"reference log-probabilities of 32 and 16 rows read from {run / 'reference'}" in resumed.stderr
+    assert "computed once" not in resumed.stderr
     straight, again = losses(dpo), losses(run)
     assert again.keys() == straight.keys()
     for step, loss in straight.items():
         assert again[step] == pytest.approx(loss, abs=1e-6), step
+
+
+def test_a_dpo_run_killed_before_its_first_checkpoint_reads_its_reference_back(dpo, tmp_path):
+    """Killed after the precompute and one step, with no checkpoint yet: the next start trains from
+    the start again, on the stored reference log-probabilities, to the uninterrupted run's losses."""
+    run = tmp_path / "run"
+    killed = train(run, "training.objective=dpo", *SMALL, fault="step@1")
+    assert killed.returncode != 0 and not (run / "checkpoints" / "latest").exists()
+    assert (run / "reference" / "reference.json").exists()
+    again = train(run, "training.objective=dpo", *SMALL)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "read from" in again.stderr and "computed once" not in again.stderr
+    assert losses(run) == pytest.approx(losses(dpo), abs=1e-6)
 
 
 def test_kto_with_lora_takes_the_base_as_its_reference(tmp_path):

@@ -99,6 +99,11 @@ class RunDir:
         return self.path / "checkpoints"
 
     @property
+    def reference(self) -> Path:
+        """A preference run's precomputed reference log-probabilities and their record."""
+        return self.path / "reference"
+
+    @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
 

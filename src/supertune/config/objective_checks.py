@@ -6,7 +6,11 @@ from __future__ import annotations
 from .objectives import KNOB_DEFAULTS, OBJECTIVES, objective_problems
 from .schema import RunConfig
 
-__all__ = ["objective_config_problems"]
+__all__ = ["PREFERENCE_STRATEGIES", "objective_config_problems"]
+
+PREFERENCE_STRATEGIES = ("ddp", "fsdp")
+"""Where the preference objectives are held equal to one process (tests/test_preference_distributed.py);
+DeepSpeed's ZeRO stages are not yet, so they are refused."""
 
 
 def objective_config_problems(cfg: RunConfig) -> list[str]:
@@ -28,8 +32,9 @@ def objective_config_problems(cfg: RunConfig) -> list[str]:
         p.append(
             f"data.format: training.objective={t.objective} reads preference rows, not prompt/completion rows; leave data.format out"
         )
-    if cfg.distributed.strategy != "ddp":
+    if cfg.distributed.strategy not in PREFERENCE_STRATEGIES:
         p.append(
-            f"distributed.strategy: training.objective={t.objective} runs under ddp only for now (got {cfg.distributed.strategy})"
+            f"distributed.strategy: training.objective={t.objective} runs under ddp or fsdp only for now "
+            f"(got {cfg.distributed.strategy}); choose one of those"
         )
     return p

@@ -10,9 +10,11 @@ from ...config.objectives import OBJECTIVES
 from ...config.schema import RunConfig
 from ...evaluation.loss import token_mean_loss
 from ...launch.environment import LaunchEnvironment
+from ...rundir import RunDir
 from ...training_data.pipeline import TrainingData, build_training_data
 from ...training_data.preference_data import build_preference_data
 from ..preference.preference_reference import attach_reference
+from ..preference.preference_reference_store import StoredReference
 from ..preference.preference_scoring import reference_kind
 
 __all__ = ["build_run_data", "final_evaluation", "is_preference"]
@@ -23,7 +25,7 @@ def is_preference(cfg: RunConfig) -> bool:
 
 
 def build_run_data(
-    cfg: RunConfig, model: Any, tokenizer: Any, context_length: int, env: LaunchEnvironment
+    cfg: RunConfig, model: Any, tokenizer: Any, context_length: int, env: LaunchEnvironment, run: RunDir
 ) -> TrainingData:
     if not is_preference(cfg):
         return build_training_data(cfg.data, tokenizer, cfg.training.seed, context_length)
@@ -34,7 +36,9 @@ def build_run_data(
         device = torch.device("cuda", env.device_index) if torch.cuda.is_available() else torch.device("cpu")
         model.to(device)  # where the Trainer puts it next
         batch = cfg.training.per_device_eval_batch_size
-        attach_reference(model, [data.train, data.validation], data.collator, batch, device)
+        # Kept in the run directory: a resumed or requeued start reads them back instead (when they match).
+        store = StoredReference(run.reference, writes=env.is_main)
+        attach_reference(model, [data.train, data.validation], data.collator, batch, device, store)
     return data
 
 

@@ -50,7 +50,7 @@ def run_training(cfg: RunConfig, run: RunDir) -> dict[str, Any]:
     speed = take_speedups(model, cfg.training.speed, cfg.training.speed_skip, _run_facts(cfg), cfg.training.float8)
     if env.is_main:
         log.info("%s", speed.line())
-    data = build_run_data(cfg, model, tokenizer, context_length(model), env)
+    data = build_run_data(cfg, model, tokenizer, context_length(model), env, run)
     if cfg.evaluation.tasks and env.is_main:
         check_tasks(cfg.evaluation.tasks, "evaluation.tasks")  # a missing dataset now, not after the training
     trainer, guard = build_trainer(cfg, run, model, tokenizer, data, env, speed.trainer_arguments)

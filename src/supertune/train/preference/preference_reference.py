@@ -5,8 +5,10 @@ of the model (twice the weights in memory) every row's reference log-probabiliti
 with the start model before the Trainer exists, and kept with the rows
 (supertune.training_data.preference_data): one forward pass over the data, no gradients, then
 the run holds one model. The start model is built the same way at every start of the run (the
-same files, or the same seed for fresh weights), so a resumed or requeued run computes the same
-numbers again before it loads its checkpoint; storing and verifying them instead comes later.
+same files, or the same seed for fresh weights); a run keeps the numbers in its directory
+(supertune.train.preference.preference_reference_store), and a resumed or requeued run reads them
+back when they were computed from the same start model, rows and settings, instead of computing them
+again before it loads its checkpoint.
 """
 
 from __future__ import annotations
@@ -21,22 +23,47 @@ import torch
 
 from ...training_data.preference_data import PreferenceRows
 from .preference_losses import sequence_logps
+from .preference_reference_store import StoredReference, wanted_record
 
 __all__ = ["attach_reference", "reference_logps", "scored_batches"]
 
 log = logging.getLogger("supertune")
 
 
-def attach_reference(model: Any, splits: list[PreferenceRows], collator: Any, batch_size: int, device: Any) -> None:
-    """Set `.reference` of each split: the start model's log-probabilities of its rows."""
+def attach_reference(
+    model: Any,
+    splits: list[PreferenceRows],
+    collator: Any,
+    batch_size: int,
+    device: Any,
+    store: StoredReference | None = None,
+) -> None:
+    """Set `.reference` of each split: the start model's log-probabilities of its rows. With `store`,
+    read from there when they were computed from the same start model, rows and settings, else
+    computed and written there."""
     started = time.time()
+    counts = " and ".join(str(len(rows)) for rows in splits)
+    wanted = wanted_record(model, splits, batch_size, device) if store is not None else None
+    stored = store.read(wanted) if store is not None and wanted is not None else None
+    if stored is not None:
+        for rows, values in zip(splits, stored):
+            rows.reference = values
+        log.info(
+            "reference log-probabilities of %s rows read from %s (the same start model, rows and settings; %.1f s)",
+            counts,
+            store.directory,
+            time.time() - started,
+        )
+        return
     for rows in splits:
         rows.reference = reference_logps(model, rows, collator, batch_size, device)
     log.info(
         "reference log-probabilities of %s rows computed once with the start model (%.1f s)",
-        " and ".join(str(len(rows)) for rows in splits),
+        counts,
         time.time() - started,
     )
+    if store is not None and wanted is not None:
+        store.write(wanted, [rows.reference for rows in splits if rows.reference is not None])
 
 
 def reference_logps(model: Any, rows: PreferenceRows, collator: Any, batch_size: int, device: Any) -> np.ndarray:

@@ -125,7 +125,13 @@ class MetricSums:
         sums = self.sums if reduce is None else reduce(self.sums)
         values = (sums[0] / sums[1].clamp(min=1)).tolist()
         counts = sums[1].tolist()
-        return {name: v for name, v, n in zip(METRIC_NAMES, values, counts) if n > 0}
+        averaged = {name: v for name, v, n in zip(METRIC_NAMES, values, counts) if n > 0}
+        # The margin is the chosen rewards' mean less the rejected ones', over every row added: for pairs
+        # the mean of each pair's margin; for KTO, whose two means are over different rows, a mean of
+        # each batch's difference would weigh the batches (and the processes) by their rows, not their labels.
+        if "rewards/chosen" in averaged and "rewards/rejected" in averaged:
+            averaged["rewards/margins"] = averaged["rewards/chosen"] - averaged["rewards/rejected"]
+        return averaged
 
 
 def _float32(out: LossOutput) -> LossOutput:
