@@ -34,7 +34,8 @@ def build_run_data(
         device = torch.device("cuda", env.device_index) if torch.cuda.is_available() else torch.device("cpu")
         model.to(device)  # where the Trainer puts it next
         batch = cfg.training.per_device_eval_batch_size
-        attach_reference(model, [data.train, data.validation], data.collator, batch, device)
+        # Padded whatever the run's layout: the same numbers with or without data.packing.
+        attach_reference(model, [data.train, data.validation], data.collator.padded(), batch, device)
     return data
 
 
