@@ -15,9 +15,10 @@ SFT packing (supertune.training_data.document_bins.packed_row): position ids res
 sequence, no attention mask (so the model builds the block-diagonal causal mask from the restarts,
 supertune.modeling.packed_attention), and -100 at each sequence's first token. A pair's chosen and
 rejected sequences share a row; whole pairs (KTO: rows) fill rows of up to data.block_size tokens,
-best-fit decreasing, and a pair longer than data.block_size has a row of its own, as long as it is
-(never cut: its answers would be). The rows are padded to the longest row of the batch, not to
-block_size, so a batch of short pairs is not stretched. `sequence_ids` says which sequence each
+best-fit decreasing. A pair longer than data.block_size is never cut (its answers would be): the
+batch's rows are then as long as it, and the other pairs fill them up to that length. The rows are
+padded to the longest row of the batch, not to block_size, so a batch of short pairs is not
+stretched. `sequence_ids` says which sequence each
 token is (-1 on padding), so each answer's summed log-probability is read back per sequence
 (supertune.train.preference.preference_losses.sequence_logps), and `sequence_lengths` (first in the
 batch: the Trainer's evaluation weighs a batch's loss by the length of its first tensor, which is
@@ -95,9 +96,10 @@ class PackedPreferenceCollator(PreferenceCollator):
 
     def _layout(self, answers: list[EncodedAnswer], groups: list[list[int]]) -> dict[str, torch.Tensor]:
         sizes = [sum(len(answers[j].ids) for j in g) for g in groups]
-        fits = [k for k, n in enumerate(sizes) if n <= self.block_size]
-        bins = [[fits[k] for k in b] for b in best_fit_decreasing([sizes[k] for k in fits], self.block_size)]
-        bins += [[k] for k, n in enumerate(sizes) if n > self.block_size]  # longer than a block: a row of its own
+        # A pair longer than the block makes every row of the batch as long as it (the batch is one
+        # tensor), so the rows are filled up to that length: slots that would be padding anyway.
+        width = max(self.block_size, *sizes)
+        bins = best_fit_decreasing(sizes, width)
         width = max(sum(sizes[k] for k in b) for b in bins)
         rows = []
         sequence_ids = torch.full((len(bins), width), -1, dtype=torch.long)
