@@ -24,10 +24,6 @@ def objective_config_problems(cfg: RunConfig) -> list[str]:
         p.append(f"data.store: {why}; a token store of preference rows is not supported yet, give data.train_files")
     if d.streaming:
         p.append(f"data.streaming: {why} into memory; set data.streaming=false")
-    if d.document_mask:
-        p.append(
-            f"data.document_mask: training.objective={t.objective} pads its rows (pairs are not packed yet); set it false"
-        )
     if d.format == "prompt_completion":
         p.append(
             f"data.format: training.objective={t.objective} reads preference rows, not prompt/completion rows; leave data.format out"

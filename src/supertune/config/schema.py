@@ -131,7 +131,7 @@ class DataConfig:
     block_size: int = 128
     """Tokens per training sequence when packing."""
     document_mask: bool = False
-    """With packing, keep documents apart: whole documents per block (longer ones cut into block_size pieces), positions restarting per document, attention and loss never crossing a boundary. Costs the padding left in the blocks (logged) and a masked attention kernel: 0.93x plain packing's tokens/s on wikitext-2 at block 512 (bench/results/packing.md). Off by default: plain packing, where a document sees the end of the one before it, is the usual pre-training trade and keeps existing runs' data as it was."""
+    """With packing, keep documents apart: whole documents per block (longer ones cut into block_size pieces), positions restarting per document, attention and loss never crossing a boundary. Costs the padding left in the blocks (logged) and a masked attention kernel: 0.93x plain packing's tokens/s on wikitext-2 at block 512 (bench/results/packing.md). Off by default: plain packing, where a document sees the end of the one before it, is the usual pre-training trade and keeps existing runs' data as it was. With a preference objective: pack each batch's pairs (KTO: rows) into rows of up to block_size tokens, chosen and rejected side by side and apart (docs/preference.md#packing); without it their sequences are padded."""
     max_length: int | None = None
     """Tokens per sequence in padding mode (pad or truncate); empty: the longest document, capped by the model's context."""
     add_eos: bool = True

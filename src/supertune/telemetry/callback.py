@@ -115,7 +115,8 @@ class Telemetry:
         import torch
 
         # The length of the sequences the model sees: the packed block, or the padded length.
-        packed = cfg.data.packing and cfg.training.objective == "sft"  # preference rows are padded
+        # Preference rows: sequences of at most max_length, padded or packed side by side (apart).
+        packed = cfg.data.packing and cfg.training.objective == "sft"
         sequence_length = cfg.data.block_size if packed else (data.max_length or cfg.data.block_size)
         count, note = None, None
         try:

@@ -1,11 +1,10 @@
 """The datasets of a preference run (training.objective dpo, orpo, simpo, kto): rows read, encoded
-and checked, then served padded to the longest sequence of each batch.
+and checked, then served in batches padded to their longest sequence, or packed with document masks
+(supertune.training_data.preference_batches).
 
-A batch of pairs is one batch of sequences: the chosen answers first, the rejected ones after them,
-so that one forward pass scores both (`input_ids`, `attention_mask`, `labels` with -100 on prompts
-and padding, as a causal LM's batch is). A KTO batch holds the answers, and beside them
-(`kl_input_ids`, ...) each prompt with the answer of the next row, the mismatched pairs whose
-log-probability ratio estimates the KL divergence the loss measures against.
+A row is a pair (chosen, rejected), or for KTO an answer with its label and its KL row: its prompt
+with the answer of the next row, the mismatched pairs whose log-probability ratio estimates the KL
+divergence the loss measures against.
 
 The reference model's log-probabilities, when computed once before training
 (supertune.train.preference.preference_reference), are kept with the rows (`PreferenceRows.reference`) and
@@ -26,10 +25,10 @@ from ..conversations.preference import EncodedAnswer, encode_pairs, encode_unpai
 from ..documents.encoding import iter_row_batches
 from ..documents.sources import load_raw_splits
 from ..errors import UserError
-from .document_bins import IGNORE_INDEX
 from .pipeline import TrainingData
+from .preference_batches import PackedPreferenceCollator, PreferenceCollator
 
-__all__ = ["PreferenceCollator", "PreferenceRows", "build_preference_data"]
+__all__ = ["PackedPreferenceCollator", "PreferenceCollator", "PreferenceRows", "build_preference_data"]
 
 log = logging.getLogger("supertune")
 
@@ -92,42 +91,6 @@ class PreferenceRows(torch.utils.data.Dataset):
         return max(len(a.ids) for a in self.first + self.second)
 
 
-class PreferenceCollator:
-    """Pads a batch of PreferenceRows items to its longest sequence (see the module)."""
-
-    def __init__(self, pad_token_id: int) -> None:
-        self.pad_token_id = pad_token_id
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        first = [item["first"] for item in items]
-        second = [item["second"] for item in items]
-        if "desirable" not in items[0]:
-            batch = self._padded(first + second)
-            if "reference" in items[0]:
-                reference = np.stack([item["reference"] for item in items])
-                batch["ref_logps"] = torch.from_numpy(np.concatenate([reference[:, 0], reference[:, 1]]))
-            return batch
-        batch = self._padded(first)
-        batch.update({f"kl_{k}": v for k, v in self._padded(second).items()})
-        batch["desirable"] = torch.tensor([item["desirable"] for item in items], dtype=torch.bool)
-        if "reference" in items[0]:
-            reference = torch.from_numpy(np.stack([item["reference"] for item in items]))
-            batch["ref_logps"], batch["ref_kl_logps"] = reference[:, 0].contiguous(), reference[:, 1].contiguous()
-        return batch
-
-    def _padded(self, answers: list[EncodedAnswer]) -> dict[str, torch.Tensor]:
-        length = max(len(a.ids) for a in answers)
-        ids = torch.full((len(answers), length), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(answers), length), dtype=torch.long)
-        labels = torch.full((len(answers), length), IGNORE_INDEX, dtype=torch.long)
-        for row, a in enumerate(answers):
-            n = len(a.ids)
-            ids[row, :n] = torch.from_numpy(a.ids.astype(np.int64))
-            attention[row, :n] = 1
-            labels[row, :n] = torch.where(torch.from_numpy(a.mask == 1), ids[row, :n], IGNORE_INDEX)
-        return {"input_ids": ids, "attention_mask": attention, "labels": labels}
-
-
 def build_preference_data(
     d: DataConfig, objective: str, tokenizer: Any, seed: int, context_length: int
 ) -> TrainingData:
@@ -158,12 +121,21 @@ def build_preference_data(
     return TrainingData(
         train=train,
         validation=validation,
-        collator=PreferenceCollator(tokenizer.pad_token_id),
+        collator=_collator(d, tokenizer.pad_token_id),
         max_length=limit,
         train_tokens_available=train.num_tokens,
         unigram_perplexity=None,
         loss_tokens_available=train.loss_tokens,
     )
+
+
+def _collator(d: DataConfig, pad_token_id: int) -> PreferenceCollator:
+    """Pairs packed with document masks under data.packing and data.document_mask, else padded
+    (data.packing alone packs nothing here: without the mask a rejected answer would attend to the
+    chosen one before it)."""
+    if d.packing and d.document_mask:
+        return PackedPreferenceCollator(pad_token_id, d.block_size)
+    return PreferenceCollator(pad_token_id)
 
 
 def _embedded(unpaired: bool) -> Any:

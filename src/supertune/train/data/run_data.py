@@ -37,8 +37,9 @@ def build_run_data(
         model.to(device)  # where the Trainer puts it next
         batch = cfg.training.per_device_eval_batch_size
         # Kept in the run directory: a resumed or requeued start reads them back instead (when they match).
+        # Padded whatever the run's layout: the same numbers with or without packed pairs.
         store = StoredReference(run.reference, writes=env.is_main)
-        attach_reference(model, [data.train, data.validation], data.collator, batch, device, store)
+        attach_reference(model, [data.train, data.validation], data.collator.padded(), batch, device, store)
     return data
 
 

@@ -20,6 +20,7 @@ from ...config.schema import RunConfig, TrainingConfig
 from ...evaluation.perplexity import load_saved_model
 from ...evaluation.placement import input_device
 from ...modeling.model import build_model, context_length
+from ...training_data.preference_batches import sequence_count
 from ...training_data.preference_data import PreferenceRows, build_preference_data
 from .preference_reference import attach_reference, scored_batches
 from .preference_scoring import MetricSums, PreferenceScorer, reference_kind
@@ -45,7 +46,7 @@ def evaluate_preference_model(model_dir: str, cfg: RunConfig, verify: str = "aut
         start = _start_model(cfg, tokenizer).to(device)
         off = start.disable_adapter() if hasattr(start, "disable_adapter") else nullcontext()
         with off:
-            attach_reference(start, [rows], data.collator, t.per_device_eval_batch_size, device)
+            attach_reference(start, [rows], data.collator.padded(), t.per_device_eval_batch_size, device)
         del start
     metrics = preference_metrics(model, rows, data.collator, t, t.per_device_eval_batch_size)
     metrics["rows"] = len(rows)
@@ -65,7 +66,7 @@ def preference_metrics(
         out = scorer.loss(model, batch)
         sums.add(out)
         # The Trainer's evaluation repeats each batch's loss once per sequence of the batch.
-        n = batch["input_ids"].shape[0]
+        n = sequence_count(batch)
         weighed += float(out.loss) * n
         sequences += n
     return {"eval_loss": weighed / max(sequences, 1), **{f"eval_{k}": v for k, v in sums.averaged().items()}}

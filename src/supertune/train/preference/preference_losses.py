@@ -36,9 +36,13 @@ __all__ = [
 ]
 
 
-def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed log-probability of each row's labelled tokens, their count): token t+1 scored from
-    position t, labels of -100 skipped.
+def sequence_logps(
+    logits: torch.Tensor, labels: torch.Tensor, sequence_ids: torch.Tensor | None = None, sequences: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed log-probability of each sequence's labelled tokens, their count): token t+1 scored from
+    position t, labels of -100 skipped. A sequence is a row of the batch, or in a packed batch
+    (supertune.training_data.preference_batches) the tokens `sequence_ids` names, `sequences` of them
+    (a sequence's first token has label -100 there, so no target is scored across two sequences).
 
     In float64, from the logits of the labelled positions alone: a sum of a hundred token
     log-probabilities of about -7 each is a number float32 holds to 8e-6 only, which the IPO loss
@@ -50,8 +54,13 @@ def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Te
     rows, positions = kept.nonzero(as_tuple=True)
     scored = logits[:, :-1][rows, positions].double()
     token_logps = scored.gather(-1, targets[rows, positions].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scored, -1)
-    sums = torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device).index_add(0, rows, token_logps)
-    return sums, kept.sum(-1)
+    if sequence_ids is None:
+        sums = torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device).index_add(0, rows, token_logps)
+        return sums, kept.sum(-1)
+    owner = sequence_ids[:, 1:][rows, positions]
+    sums = torch.zeros(sequences, dtype=torch.float64, device=logits.device).index_add(0, owner, token_logps)
+    counts = torch.zeros(sequences, dtype=torch.long, device=logits.device).index_add(0, owner, torch.ones_like(owner))
+    return sums, counts
 
 
 @dataclass

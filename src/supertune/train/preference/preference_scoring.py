@@ -3,9 +3,10 @@ run's Trainer steps and evaluates with (supertune.train.preference.preference_tr
 `supertune eval` reports of a saved model (supertune.train.preference.preference_eval), one code for both.
 
 A batch's loss needs the policy's log-probabilities of its answers (one forward pass over chosen and
-rejected together), the reference's (carried by the batch when computed once before, or the policy's
-base with the LoRA adapter switched off), and, for KTO, the batch's KL estimate (averaged over the
-processes when there are several).
+rejected together, padded or packed: supertune.training_data.preference_batches), the reference's
+(carried by the batch when computed once before, or the policy's base with the LoRA adapter
+switched off), and, for KTO, the batch's KL estimate (averaged over the processes when there are
+several).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import torch
 
 from ...config.objectives import OBJECTIVES
 from ...config.schema import TrainingConfig
+from ...training_data.preference_batches import sequence_count
 from .preference_losses import LOSSES, LossOutput, PairLogps, UnpairedLogps, sequence_logps
 
-__all__ = ["METRIC_NAMES", "MetricSums", "PreferenceScorer", "reference_kind"]
+__all__ = ["METRIC_NAMES", "MetricSums", "PreferenceScorer", "batch_logps", "reference_kind"]
 
 METRIC_NAMES = (
     "rewards/chosen",
@@ -85,8 +87,7 @@ class PreferenceScorer:
     def _logps(self, model: Any, inputs: dict[str, Any], prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
         if not torch.is_grad_enabled():
             model = self.unwrap(model)
-        logits = model(input_ids=inputs[f"{prefix}input_ids"], attention_mask=inputs[f"{prefix}attention_mask"]).logits
-        return sequence_logps(logits, inputs[f"{prefix}labels"])
+        return batch_logps(model, inputs, prefix)
 
     def _reference(self, model: Any, inputs: dict[str, Any], prefix: str) -> torch.Tensor | None:
         if self.reference == "precomputed":
@@ -98,12 +99,23 @@ class PreferenceScorer:
             was_training = base.training
             base.eval()  # the reference has no dropout, as its precomputed log-probabilities have none
             try:
-                logits = base(
-                    input_ids=inputs[f"{prefix}input_ids"], attention_mask=inputs[f"{prefix}attention_mask"]
-                ).logits
+                return batch_logps(base, inputs, prefix)[0]
             finally:
                 base.train(was_training)
-        return sequence_logps(logits, inputs[f"{prefix}labels"])[0]
+
+
+def batch_logps(model: Any, inputs: dict[str, Any], prefix: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's summed answer log-probability and answer length, from one forward pass over a
+    batch of PreferenceCollator (`prefix` "kl_": its KL rows), padded or packed."""
+    ids, labels = inputs[f"{prefix}input_ids"], inputs[f"{prefix}labels"]
+    if f"{prefix}position_ids" not in inputs:
+        logits = model(input_ids=ids, attention_mask=inputs[f"{prefix}attention_mask"]).logits
+        return sequence_logps(logits, labels)
+    # Packed: positions restarting per sequence and no attention mask, from which the model builds the
+    # block-diagonal mask; no cache (a model in eval mode makes one by default, and with a cache the
+    # packed mask is not built: supertune.modeling.packed_attention).
+    logits = model(input_ids=ids, position_ids=inputs[f"{prefix}position_ids"], use_cache=False).logits
+    return sequence_logps(logits, labels, inputs[f"{prefix}sequence_ids"], sequence_count(inputs, prefix))
 
 
 class MetricSums:
