@@ -99,6 +99,7 @@ EXECUTORS: dict[str, ExecutorKind] = {
             uses_exchange=True,
             site_keys=("public_key",),
             place=_agent_place,
+            secure_aggregation=True,  # agents/secure_round.py: both masked phases over the exchange
         ),
     )
 }

@@ -94,7 +94,7 @@ class PrivacyConfig:
     delta: float = 1e-5
     """The delta at which the spent epsilon is reported (rounds.md, rounds.json, --status), in (0, 1); smaller than 1 / (the number of sites) is usual."""
     secure_aggregation: bool = False
-    """Each site masks its int8/int4 change with masks agreed pairwise with the other sites (X25519 keys pinned in sites[].public_key), which cancel in the sum: the coordinator sees the sites' sum, never one site's change (docs/federated/privacy.md, "Secure aggregation"; not carried out by an executor yet)."""
+    """Each site masks its int8/int4 change with masks agreed pairwise with the other sites (X25519 keys pinned in sites[].public_key), which cancel in the sum: the coordinator sees the sites' sum, never one site's change (docs/federated/privacy.md, "Secure aggregation"; executor: agents, every site of a round, no clipping or noise yet)."""
 
     @property
     def active(self) -> bool:

@@ -26,6 +26,10 @@ its agent ends its training at the same deadline and reports its attempts after 
 failure report, or a result sent too late). The coordinator asks for them at the start of every round
 and while it waits for the evaluations, until the round after the late one, and keeps them as the
 site's `cost.json`, so that the table's cost columns count a late site too.
+
+With privacy.secure_aggregation a site's result is its masked values, after a first exchange of masked
+block scales that the coordinator sums and posts (secure_coordinator.py; secure_round.py says the
+round): it never gets a transfer package, and averages the masked sum instead of the sites' changes.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from ...state.receipts import attempts_from, read_receipt, write_attempts, write
 from ...state.records import TrainedReceipt
 from . import exchange_layout as names
 from .exchange_wait import wait_at_exchange
+from .secure_coordinator import secure_average, sum_scales
+from .secure_round import VALUES_FILE, round_sites
 
 __all__ = ["AgentsExecutor"]
 
@@ -77,7 +83,10 @@ class AgentsExecutor:
         if work.average:
             receipts = {name: read_receipt(path) for name, path in work.trained.items()}
             finished = {name: str(r["checkpoint"]) for name, r in receipts.items() if r}
-            average_phase(self.fed, work, finished)
+            if self.fed.privacy.secure_aggregation:
+                secure_average(self.fed, work, {name: Path(c) for name, c in finished.items()}, self.exchange)
+            else:
+                average_phase(self.fed, work, finished)
         if work.evaluate:
             self._publish(work.number, work.global_model)
             self._wait_for_evaluations(work.evaluate, work.number)
@@ -151,6 +160,8 @@ class AgentsExecutor:
         # the attempts are the agents' (each runs its site's under the same policy): here, only the decision
         policy: AttemptPolicy[None] = AttemptPolicy(self.fed, work, until)
         pending = {w.name: w for w in work.train}
+        if self.fed.privacy.secure_aggregation:  # the masked scales first (secure_round.py)
+            sum_scales(self.fed, self.exchange, work, round_sites(self.fed, number, start["left_out"]))
 
         def ask() -> bool | None:
             for name, w in list(pending.items()):
@@ -235,16 +246,24 @@ class AgentsExecutor:
     def _receive(self, w: SiteWork, record: dict) -> None:
         label = w.label
         files = record.get("files")
-        if not isinstance(files, dict) or PACKAGE_MANIFEST not in files:
-            raise UserError(f"{label}: its record on the exchange lists no transfer package; it is not averaged")
         sent = w.directory / "sent"
-        self.exchange.get_tree(names.site_files(w.name, w.round), files, sent)
-        package = read_package(sent, label)
-        damaged = package_problems(package, hashes=False)
-        if damaged or set(package.files) - set(files):
-            raise UserError(
-                f"{label}: the package it sent does not match its manifest ({(damaged or ['files'])[0]}); it is not averaged"
-            )
+        if self.fed.privacy.secure_aggregation:
+            # its masked values only (their header is checked when they are summed): no package, no manifest
+            if not isinstance(files, dict) or set(files) != {VALUES_FILE}:
+                raise UserError(f"{label}: its record on the exchange lists {sorted(files or {})}, not its masked "
+                                f"{VALUES_FILE} alone; it is not averaged")  # fmt: skip
+            self.exchange.get_tree(names.site_files(w.name, w.round), files, sent)
+            package = None
+        else:
+            if not isinstance(files, dict) or PACKAGE_MANIFEST not in files:
+                raise UserError(f"{label}: its record on the exchange lists no transfer package; it is not averaged")
+            self.exchange.get_tree(names.site_files(w.name, w.round), files, sent)
+            package = read_package(sent, label)
+            damaged = package_problems(package, hashes=False)
+            if damaged or set(package.files) - set(files):
+                raise UserError(
+                    f"{label}: the package it sent does not match its manifest ({(damaged or ['files'])[0]}); it is not averaged"
+                )
         try:
             receipt = TrainedReceipt(
                 site=w.name,
@@ -264,8 +283,13 @@ class AgentsExecutor:
         attempts = attempts_from(record.get("attempts"), names.site_record(w.name, w.round))
         write_attempts(w.directory / "cost.json", attempts)
         write_trained(w.receipt, receipt)
-        log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
-                 package.sent_weight_bytes / 1e6)  # fmt: skip
+        if package is None:
+            log.info(
+                "%s: got its masked values from the exchange (%d bytes)", label, (sent / VALUES_FILE).stat().st_size
+            )
+        else:
+            log.info("%s: got its result from the exchange (%s, %.2f MB of weights)", label, package.codec.name,
+                     package.sent_weight_bytes / 1e6)  # fmt: skip
 
     def _wait_for_evaluations(self, works: list[SiteWork], number: int) -> None:
         def take(w: SiteWork, record: dict) -> None:

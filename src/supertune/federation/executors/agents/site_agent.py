@@ -41,7 +41,7 @@ from pathlib import Path
 from ....config.load import dump_config
 from ....errors import UserError
 from ....exchange import Exchange, ExchangeUnreachable, parse_exchange
-from ....file_table import size_and_sha256
+from ....file_table import file_table, size_and_sha256
 from ....resolve import resolve
 from ....transfer.package import PACKAGE_MANIFEST
 from ...config.schema import FederationConfig, SiteConfig
@@ -50,6 +50,8 @@ from ...state.receipts import read_attempts, read_receipt, read_trained, write_r
 from ...state.site_key import agent_key
 from . import exchange_layout as names
 from .exchange_wait import OUTAGE_WAIT, wait_at_exchange
+from .secure_round import round_sites
+from .secure_site import peer_keys, post_key, send_masked
 
 __all__ = ["run_agent", "run_agent_through_outages", "AgentEnd"]
 
@@ -83,11 +85,11 @@ def run_agent(site_name: str, where: str, directory: str | None, key: str | None
             raise UserError(
                 f"--site: {site_name!r} is not a site of federation {fed.name}; its sites are {', '.join(s.name for s in fed.sites)}"
             )
-        agent_key(fed, site, key)
+        private_key = agent_key(fed, site, key)
         root = FederationDir(Path(directory or Path("runs") / f"{fed.name}-{site_name}").expanduser().absolute())
         root.path.mkdir(parents=True, exist_ok=True)
         root.config.write_text(text, encoding="utf-8")
-        agent = _Agent(fed, site, root, exchange)
+        agent = _Agent(fed, site, root, exchange, private_key)
         try:
             agent.run()
         except _SiteDropped as dropped:
@@ -136,8 +138,10 @@ def _federation(text: str) -> FederationConfig:
 
 
 class _Agent:
-    def __init__(self, fed: FederationConfig, site: SiteConfig, root: FederationDir, exchange: Exchange) -> None:
-        self.fed, self.site, self.root, self.exchange = fed, site, root, exchange
+    def __init__(
+        self, fed: FederationConfig, site: SiteConfig, root: FederationDir, exchange: Exchange, key: bytes | None
+    ) -> None:
+        self.fed, self.site, self.root, self.exchange, self.key = fed, site, root, exchange, key
         # the built-in executor of this one site trains its rounds, here or as its SLURM jobs
         self.local = dataclasses.replace(fed, sites=[site], executor="builtin", exchange=None)
         if fed.aggregation.min_sites is not None or fed.round_deadline:
@@ -275,6 +279,11 @@ class _Agent:
         report = self.exchange.get_json(names.site_failed(name, number))
         if report is not None and report.get("start") == start.get("unix"):
             return
+        if self.key is not None and self.fed.privacy.secure_aggregation:
+            # every peer's key checked before the site trains: a key that is not pinned stops it here
+            post_key(self.exchange, name, number, self.key)
+            sites = round_sites(self.fed, number, start.get("left_out"))
+            self.peers = peer_keys(self.exchange, self.fed, name, number, sites, self.fed.poll_seconds)
         self._train_and_send(number, previous, start)
 
     def _evaluate(self, number: int, model: Path) -> None:
@@ -328,10 +337,23 @@ class _Agent:
             return
         trained = read_trained(sd.trained)
         assert trained is not None
+        if self.key is not None and self.fed.privacy.secure_aggregation:
+            sites = round_sites(self.fed, number, start.get("left_out"))
+            counts = {"tokens": trained.tokens, "samples": trained.samples}
+            sent = send_masked(self.exchange, self.fed, name, number, sites, self.key, self.peers,
+                               Path(trained.checkpoint), previous, counts, sd.path / "secure")  # fmt: skip
+            self._put_record(number, sent, file_table(sent), trained)
+            return
         package = send_result(self.local, self.root, number, name, trained.checkpoint, previous, everyone=self.fed)
         sent = package.directory
         # the package's own table (its residual stays here), and its manifest
         table = {**package.files, PACKAGE_MANIFEST: size_and_sha256(sent / PACKAGE_MANIFEST)}
+        self._put_record(number, sent, table, trained)
+
+    def _put_record(self, number: int, sent: Path, table: dict, trained) -> None:
+        """What the site sends of round `number` (the files of `table` in `sent`) on the exchange, its record last."""
+        name = self.site.name
+        sd = self.root.round(number).site(name)
         files = self.exchange.put_tree(sent, names.site_files(name, number), table)
         attempts = [a.as_json() for a in read_attempts(sd.cost) or []]
         kept = trained.as_json()

@@ -1,0 +1,162 @@
+"""Secure aggregation carried by site agents (executor: agents, privacy.secure_aggregation;
+docs/federated/privacy.md, "Secure aggregation"): real processes, a coordinator and two agents with
+their own keys meeting at a directory exchange, and the check of a peer's posted key in one process.
+
+The global model is the sites' weighted average change on the shared scales, within half a shared
+step of the exact one; every file the coordinator and the exchange hold is a record, a masked upload,
+a sum or a global model: no site's change in the clear, and a site's masked values are uniform bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from federation_cli import corpus_sites
+from supertune.errors import UserError
+from supertune.federation.state.site_key import make_site_key
+from supertune.transfer.secure_sum import SecureSum, pack_bits
+
+
+def _model(directory: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for f in sorted(directory.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def _config(tmp_path: Path, keys: dict[str, str]) -> dict:
+    sites = corpus_sites(2)
+    for site in sites:
+        site["public_key"] = keys[site["name"]]
+    return {"name": "masked", "base_config_overrides": {"num_hidden_layers": 1}, "rounds": 1, "sites": sites,
+            "executor": "agents", "exchange": str(tmp_path / "exchange"), "poll_seconds": 1,
+            "transfer": {"delta": True, "dtype": "int8", "block_size": 64},
+            "privacy": {"secure_aggregation": True}}  # fmt: skip
+
+
+def _chi_square_of_bytes(data: bytes) -> float:
+    counts = np.bincount(np.frombuffer(data, np.uint8), minlength=256).astype(np.float64)
+    expected = len(data) / 256
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.slow
+def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
+    keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
+    exchange = str(tmp_path / "exchange")
+
+    def start(*args: str, log: str) -> subprocess.Popen:
+        out = (tmp_path / log).open("w")
+        return subprocess.Popen([sys.executable, "-m", "supertune", "federate", *args], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)  # fmt: skip
+
+    procs = {
+        "coordinator.log": start(str(tmp_path / "federation.yaml"), "--dir", str(tmp_path / "fed"), log="coordinator.log"),
+        **{f"{n}.log": start("--site", n, exchange, "--dir", str(tmp_path / n), "--key", str(tmp_path / f"{n}.key"),
+                             log=f"{n}.log") for n in keys},
+    }  # fmt: skip
+    try:
+        for log, proc in procs.items():
+            assert proc.wait(timeout=900) == 0, (tmp_path / log).read_text()[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    fed = tmp_path / "fed"
+    averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
+    weights = averaged["weights"]
+    assert sorted(weights) == ["site-a", "site-b"] and abs(sum(weights.values()) - 1) < 1e-12
+    g, now = _model(fed / "round-000" / "global"), _model(fed / "round-001" / "global")
+    changes = {}
+    for site in keys:
+        trained = json.loads((tmp_path / site / "round-001" / site / "trained.json").read_text())
+        x = _model(Path(trained["checkpoint"]))
+        changes[site] = {n: x[n].astype(np.float64) - g[n] for n in g}
+    # The expectation: the weighted average of the changes clipped to the shared range, and the plain
+    # int8 federation's (each site's change on its own blocks' scales), from the sites' checkpoints.
+    ss = SecureSum("int8", 2, 64)
+    worst_exact = worst_plain = 0.0
+    for n in g:
+        numel = g[n].size
+        field = sum(ss.scale_field(changes[s][n].reshape(-1).astype(np.float32)).astype(np.uint64) for s in keys)
+        step = np.repeat(ss.shared_scales(field).astype(np.float64), 64)[:numel]  # each value's shared step
+        exact = g[n].reshape(-1).astype(np.float64)
+        plain = exact.copy()
+        for s in keys:
+            d = changes[s][n].reshape(-1)
+            exact += weights[s] * np.clip(d, -127 * step, 127 * step)
+            padded = np.zeros(-(-numel // 64) * 64)
+            padded[:numel] = d
+            own = np.abs(padded.reshape(-1, 64)).max(axis=1) / 127  # the site's own int8 scale of each block
+            own_scale = np.repeat(np.where(own > 0, own, 1.0), 64)[:numel]
+            plain += weights[s] * np.rint(d / own_scale) * own_scale
+        got = now[n].reshape(-1).astype(np.float64)
+        rounding = np.abs(exact) * 2.0**-23  # the global model is float32
+        worst_exact = max(worst_exact, float(((np.abs(got - exact) - rounding) / np.maximum(step, 1e-30)).max()))
+        worst_plain = max(worst_plain, float(((np.abs(got - plain) - rounding) / np.maximum(step, 1e-30)).max()))
+    assert worst_exact <= 0.5 + 1e-6, worst_exact  # within half a shared step of the exact weighted average
+    assert worst_plain <= 1.0 + 1e-6, worst_plain  # and of the plain int8 average, whose own step is finer
+    assert max(float(np.abs(now[n] - g[n]).max()) for n in g) > 0  # the round moved the model
+
+    # Every file of the coordinator and the exchange: no transfer package, no residual, no change in the
+    # clear; what a site sent is its two masked uploads and their records.
+    for root in (fed, tmp_path / "exchange"):
+        for path in root.rglob("*"):
+            assert path.name not in ("transfer.safetensors", "residual.safetensors", "supertune-transfer.json"), path
+            if (root.name == "exchange" and path.relative_to(root).parts[0] == "sites") or path.parent.name == "sent":
+                assert path.is_dir() or path.suffix in (".json", ".upload"), path
+    uploads = sorted(p.name for p in (fed / "round-001" / "site-a" / "sent").iterdir())
+    assert uploads == ["scales.upload", "values.upload"]
+    masked = (fed / "round-001" / "site-a" / "sent" / "values.upload").read_bytes().partition(b"\n")[2]
+    unmasked = b"".join(
+        pack_bits(ss.encode(changes["site-a"][n].reshape(-1).astype(np.float32),
+                            ss.shared_scales(sum(ss.scale_field(changes[s][n].reshape(-1).astype(np.float32))
+                                                 .astype(np.uint64) for s in keys)), weights["site-a"])[0],
+                  ss.sum_bits).tobytes()
+        for n in g
+    )  # fmt: skip
+    assert len(masked) == len(unmasked)
+    # chi-square of the bytes against uniform, 255 degrees of freedom: mean 255, sd 22.6; 400 is 6.4 sd
+    assert _chi_square_of_bytes(masked) < 400, _chi_square_of_bytes(masked)
+    assert _chi_square_of_bytes(unmasked) > 10_000  # the same integers unmasked are far from uniform
+    table = json.loads((fed / "rounds.json").read_text())
+    assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"][s] for s in ("site-a", "site-b")]
+
+
+def test_a_peer_key_that_is_not_the_pinned_one_stops_the_agent_naming_the_site(tmp_path: Path) -> None:
+    from supertune.exchange import Exchange, parse_exchange
+    from supertune.federation.config.load import load_federation
+    from supertune.federation.executors.agents import exchange_layout as names
+    from supertune.federation.executors.agents.secure_site import peer_keys, post_key
+    from supertune.transfer.secure_masks import new_private_key, read_public_key
+
+    keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
+    fed, _ = load_federation(tmp_path / "federation.yaml")
+    sites = ("site-a", "site-b")
+    with Exchange(parse_exchange(fed.exchange)) as exchange:
+        post_key(exchange, "site-b", 1, (tmp_path / "site-b.key").read_bytes())
+        assert peer_keys(exchange, fed, "site-a", 1, sites, 0.01) == {"site-b": read_public_key(keys["site-b"])}
+        # another key posted for site-b in round 2 (a coordinator standing in the middle, say)
+        post_key(exchange, "site-b", 2, new_private_key())
+        with pytest.raises(UserError) as info:
+            peer_keys(exchange, fed, "site-a", 2, sites, 0.01)
+        posted = exchange.get_json(names.site_key("site-b", 2))["public_key"]
+    text = str(info.value)
+    assert "\n" not in text
+    assert text == (
+        f"sites (site-b).public_key: the key posted for site site-b in round 2 is {posted}, not the pinned "
+        f"{keys['site-b']}; nothing is masked or sent (check the exchange and the federation config)"
+    )
+    assert not list((tmp_path / "exchange").rglob("*.upload"))
