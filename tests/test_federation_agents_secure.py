@@ -20,8 +20,10 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from federation_cli import corpus_sites
+from federation_cli import SITE_OVERRIDES, corpus_sites
+from load_scale import deadline_seconds
 from supertune.errors import UserError
+from supertune.federation.config.default import site_corpus
 from supertune.federation.state.site_key import make_site_key
 from supertune.transfer.secure_sum import SecureSum, pack_bits
 
@@ -43,57 +45,66 @@ def _config(tmp_path: Path, keys: dict[str, str]) -> dict:
             "privacy": {"secure_aggregation": True}}  # fmt: skip
 
 
+def _run_federation(tmp_path: Path, keys: dict[str, str], fault: dict[str, str] | None = None) -> dict[str, int]:
+    """Run the coordinator and an agent per site of `keys` (with `fault`: SUPERTUNE_FAULT for that site's
+    agent) to their end; each process's exit code, by its log's name."""
+    exchange = str(tmp_path / "exchange")
+
+    def start(*args: str, log: str, **env: str) -> subprocess.Popen:
+        out = (tmp_path / log).open("w")
+        return subprocess.Popen([sys.executable, "-m", "supertune", "federate", *args], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path, env=dict(os.environ, **env),
+                                start_new_session=True)  # fmt: skip
+
+    procs = {
+        "coordinator": start(str(tmp_path / "federation.yaml"), "--dir", str(tmp_path / "fed"), log="coordinator.log")
+    }
+    for n in keys:
+        env = {"SUPERTUNE_FAULT": fault[n]} if fault and n in fault else {}
+        procs[n] = start("--site", n, exchange, "--dir", str(tmp_path / n), "--key", str(tmp_path / f"{n}.key"),
+                         log=f"{n}.log", **env)  # fmt: skip
+    try:
+        codes = {}
+        for name, proc in procs.items():
+            codes[name] = proc.wait(timeout=900)
+            if codes[name] != 0 and not (fault and name in fault):
+                raise AssertionError((tmp_path / f"{name}.log").read_text()[-3000:])
+        return codes
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _chi_square_of_bytes(data: bytes) -> float:
     counts = np.bincount(np.frombuffer(data, np.uint8), minlength=256).astype(np.float64)
     expected = len(data) / 256
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-@pytest.mark.slow
-def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
-    keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
-    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
-    exchange = str(tmp_path / "exchange")
-
-    def start(*args: str, log: str) -> subprocess.Popen:
-        out = (tmp_path / log).open("w")
-        return subprocess.Popen([sys.executable, "-m", "supertune", "federate", *args], stdout=out,
-                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)  # fmt: skip
-
-    procs = {
-        "coordinator.log": start(str(tmp_path / "federation.yaml"), "--dir", str(tmp_path / "fed"), log="coordinator.log"),
-        **{f"{n}.log": start("--site", n, exchange, "--dir", str(tmp_path / n), "--key", str(tmp_path / f"{n}.key"),
-                             log=f"{n}.log") for n in keys},
-    }  # fmt: skip
-    try:
-        for log, proc in procs.items():
-            assert proc.wait(timeout=900) == 0, (tmp_path / log).read_text()[-3000:]
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-
+def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float]) -> tuple[dict, dict, dict]:
+    """Check round 1's global model against the weighted average of the changes the agents' checkpoints
+    hold (the sites of `weights`): within half a shared step of it, and within one step of the plain int8
+    federation's average. Returns (base model, global model, each site's change)."""
     fed = tmp_path / "fed"
-    averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
-    weights = averaged["weights"]
-    assert sorted(weights) == ["site-a", "site-b"] and abs(sum(weights.values()) - 1) < 1e-12
+    assert abs(sum(weights.values()) - 1) < 1e-12
     g, now = _model(fed / "round-000" / "global"), _model(fed / "round-001" / "global")
     changes = {}
-    for site in keys:
+    for site in weights:
         trained = json.loads((tmp_path / site / "round-001" / site / "trained.json").read_text())
         x = _model(Path(trained["checkpoint"]))
         changes[site] = {n: x[n].astype(np.float64) - g[n] for n in g}
     # The expectation: the weighted average of the changes clipped to the shared range, and the plain
     # int8 federation's (each site's change on its own blocks' scales), from the sites' checkpoints.
-    ss = SecureSum("int8", 2, 64)
+    ss = SecureSum("int8", len(weights), 64)
     worst_exact = worst_plain = 0.0
     for n in g:
         numel = g[n].size
-        field = sum(ss.scale_field(changes[s][n].reshape(-1).astype(np.float32)).astype(np.uint64) for s in keys)
+        field = sum(ss.scale_field(changes[s][n].reshape(-1).astype(np.float32)).astype(np.uint64) for s in weights)
         step = np.repeat(ss.shared_scales(field).astype(np.float64), 64)[:numel]  # each value's shared step
         exact = g[n].reshape(-1).astype(np.float64)
         plain = exact.copy()
-        for s in keys:
+        for s in weights:
             d = changes[s][n].reshape(-1)
             exact += weights[s] * np.clip(d, -127 * step, 127 * step)
             padded = np.zeros(-(-numel // 64) * 64)
@@ -108,6 +119,20 @@ def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_avera
     assert worst_exact <= 0.5 + 1e-6, worst_exact  # within half a shared step of the exact weighted average
     assert worst_plain <= 1.0 + 1e-6, worst_plain  # and of the plain int8 average, whose own step is finer
     assert max(float(np.abs(now[n] - g[n]).max()) for n in g) > 0  # the round moved the model
+    return g, now, changes
+
+
+@pytest.mark.slow
+def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
+    keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
+    codes = _run_federation(tmp_path, keys)
+    assert set(codes.values()) == {0}, codes
+    fed = tmp_path / "fed"
+    averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
+    weights = averaged["weights"]
+    assert sorted(weights) == ["site-a", "site-b"] and averaged["secure_aggregation"]["attempt"] == 1
+    g, now, changes = _average_within_half_a_step(tmp_path, weights)
 
     # Every file of the coordinator and the exchange: no transfer package, no residual, no change in the
     # clear; what a site sent is its two masked uploads and their records.
@@ -119,6 +144,7 @@ def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_avera
     uploads = sorted(p.name for p in (fed / "round-001" / "site-a" / "sent").iterdir())
     assert uploads == ["scales.upload", "values.upload"]
     masked = (fed / "round-001" / "site-a" / "sent" / "values.upload").read_bytes().partition(b"\n")[2]
+    ss = SecureSum("int8", 2, 64)
     unmasked = b"".join(
         pack_bits(ss.encode(changes["site-a"][n].reshape(-1).astype(np.float32),
                             ss.shared_scales(sum(ss.scale_field(changes[s][n].reshape(-1).astype(np.float32))
@@ -132,6 +158,43 @@ def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_avera
     assert _chi_square_of_bytes(unmasked) > 10_000  # the same integers unmasked are far from uniform
     table = json.loads((fed / "rounds.json").read_text())
     assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"][s] for s in ("site-a", "site-b")]
+
+
+@pytest.mark.slow
+def test_a_site_lost_after_the_others_masked_against_it_does_not_lose_the_round(tmp_path: Path) -> None:
+    """Three sites, a quorum of two and a deadline: site-c's agent is killed (SIGKILL) once its masked
+    scales are on the exchange, after the others masked against it. At the deadline the coordinator
+    leaves it out and sets attempt 2 with site-a and site-b, which mask both phases again under the
+    next attempt's keys: the global model is their weighted average, within half a shared step."""
+    sites = ("site-a", "site-b", "site-c")
+    keys = {name: make_site_key(tmp_path / f"{name}.key") for name in sites}
+    config = _config(tmp_path, keys)
+    train, validation = site_corpus("site-a")  # site-c trains on site-a's corpus (two corpora are embedded)
+    overrides = [f"data.train_files={train}", f"data.validation_files={validation}", *SITE_OVERRIDES]
+    config["sites"].append(
+        {"name": "site-c", "overrides": overrides, "steps_per_round": 2, "public_key": keys["site-c"]}
+    )
+    # three agents' evaluations, trainings and scales fit in 60 s on an idle machine, 6 process starts on a loaded one
+    config.update(aggregation={"min_sites": 2}, round_deadline=f"{deadline_seconds(60, starts=6)}s")
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    codes = _run_federation(tmp_path, keys, fault={"site-c": "secure.scales@1"})
+    assert codes == {"coordinator": 0, "site-a": 0, "site-b": 0, "site-c": -9}, codes
+    fed = tmp_path / "fed"
+    averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
+    assert averaged["secure_aggregation"]["attempt"] == 2 and averaged["secure_aggregation"]["sites"] == [
+        "site-a",
+        "site-b",
+    ]
+    assert list(averaged["left_out"]) == ["site-c"] and averaged["left_out"]["site-c"].startswith("late:")
+    _average_within_half_a_step(tmp_path, averaged["weights"])
+    # one more upload of both phases by each remaining site; site-c's scales of attempt 1 only
+    exchange = tmp_path / "exchange" / "sites"
+    for site in ("site-a", "site-b"):
+        assert sorted(p.name for p in (exchange / site).glob("*-001-*.json")) == [
+            "scales-001-1.json", "scales-001-2.json", "values-001-1.json", "values-001-2.json"]  # fmt: skip
+    assert sorted(p.name for p in (exchange / "site-c").glob("*-001-*.json")) == ["scales-001-1.json"]
+    for path in fed.rglob("*"):
+        assert path.name not in ("transfer.safetensors", "residual.safetensors", "supertune-transfer.json"), path
 
 
 def test_a_peer_key_that_is_not_the_pinned_one_stops_the_agent_naming_the_site(tmp_path: Path) -> None:

@@ -114,8 +114,8 @@ def test_what_secure_aggregation_does_not_compose_with_is_refused_all_at_once(tm
         "pin what `supertune federate --site c EXCHANGE --new-key KEYFILE` printed",
         "sites[2] (c).public_key: only used with executor: agents; remove it or set executor: agents",
         "privacy.secure_aggregation: executor builtin does not mask the sites' changes; use executor: agents",
-        "privacy.secure_aggregation: a round goes on only with every site (a site left out after the others masked "
-        "against it is not carried yet); leave out aggregation.min_sites and round_deadline",
+        "aggregation.min_sites: 1 with privacy.secure_aggregation would average one site's change alone, which the "
+        "sum is then; set it to 2 or more",
         "privacy.secure_aggregation: clipping and noise (privacy.clip_norm, noise_multiplier) are not carried",
         "sites[].public_key: privacy.secure_aggregation needs every site's pinned key, missing for a, b;",
         "privacy.secure_aggregation: the masked sum adds a change's blockwise integers; "

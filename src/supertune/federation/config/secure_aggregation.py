@@ -3,9 +3,8 @@
 
 What is refused and why: the masked sum (supertune.transfer.secure_sum) adds blockwise integers, so
 it needs the change (transfer.delta) in int8 or int4; a sum of one site is that site's change, so
-every round needs two sites; buffered rounds average changes as they arrive, one at a time; a quorum
-or a deadline would average without a site the others masked against (dropouts are not carried yet);
-the site's clipping and noise are not carried into the masked encoding yet; and an executor that does
+every round needs two sites (and a quorum of two or more); buffered rounds average changes as they
+arrive, one at a time; the site's clipping and noise are not carried into the masked encoding yet; and an executor that does
 not carry the masks would send the changes unmasked.
 """
 
@@ -58,11 +57,10 @@ def secure_aggregation_problems(fed: FederationConfig) -> list[str]:
             "privacy.secure_aggregation: the masked sum adds a change's blockwise integers; "
             "set transfer.delta: true and transfer.dtype: int8 (or int4)"
         )
-    if fed.aggregation.min_sites is not None or fed.round_deadline:
-        # the masks are made for the round's whole set: a site missing from the sum leaves it noise
+    if fed.aggregation.min_sites is not None and fed.aggregation.min_sites < 2:
         p.append(
-            "privacy.secure_aggregation: a round goes on only with every site (a site left out after the others "
-            "masked against it is not carried yet); leave out aggregation.min_sites and round_deadline"
+            f"aggregation.min_sites: {fed.aggregation.min_sites} with privacy.secure_aggregation would average one "
+            "site's change alone, which the sum is then; set it to 2 or more"
         )
     if fed.privacy.clip_norm is not None or fed.privacy.noise_multiplier:
         p.append(

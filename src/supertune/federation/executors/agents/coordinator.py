@@ -154,14 +154,14 @@ class AgentsExecutor:
         """Each training site's result of the round, got and checked, as its training receipt; with a
         quorum or a deadline, a site whose agent reports a failure for this start of the round, whose
         result is refused, or that has sent nothing by the deadline is failed, and the quorum decides."""
+        if self.fed.privacy.secure_aggregation:
+            return self._collect_masked(work)
         number = work.number
         start = self._put_start(number)
         until = start["unix"] + start["deadline_s"] if start["deadline_s"] else None
         # the attempts are the agents' (each runs its site's under the same policy): here, only the decision
         policy: AttemptPolicy[None] = AttemptPolicy(self.fed, work, until)
         pending = {w.name: w for w in work.train}
-        if self.fed.privacy.secure_aggregation:  # the masked scales first (secure_round.py)
-            sum_scales(self.fed, self.exchange, work, round_sites(self.fed, number, start["left_out"]))
 
         def ask() -> bool | None:
             for name, w in list(pending.items()):
@@ -199,6 +199,91 @@ class AgentsExecutor:
                 # the failed sites' agents take as their cue to try again (with a deadline, already done).
                 forget_start(self.root.round(number))
                 raise
+
+    def _collect_masked(self, work: RoundWork) -> None:
+        """_collect with secure aggregation (secure_round.py): the attempt's set masks both phases; a site of
+        the set that fails (its agent's report for this start, or nothing by the deadline) is left to the
+        quorum, and the rest mask again as the next attempt, with a deadline of the round's length from
+        then. Below the quorum the round stops as _collect's does, and its next start is a new attempt,
+        so that no mask is used twice."""
+        number = work.number
+        start = self._put_start(number)
+        seconds = start["deadline_s"]
+        until = start["unix"] + seconds if seconds else None
+        policy: AttemptPolicy[None] = AttemptPolicy(self.fed, work, until)
+        works = {w.name: w for w in work.train}
+        current = self.exchange.get_json(names.secure_set(number))
+        if current is None or not current.get("sites"):
+            sites = round_sites(self.fed, number, start["left_out"])
+            current = {"round": number, "attempt": int((current or {}).get("attempt") or 1), "sites": list(sites)}
+            self.exchange.put_json(names.secure_set(number), current)
+        attempt, sites = int(current["attempt"]), tuple(current["sites"])
+        while True:
+            scales, failed = self._await_masked(works, sites, start, until,
+                                                lambda s, a=attempt: names.site_scales_record(s, number, a))  # fmt: skip
+            if not failed:
+                sum_scales(self.fed, self.exchange, work, attempt, scales)
+                values, failed = self._await_masked(works, sites, start, until,
+                                                    lambda s, a=attempt: names.site_values_record(s, number, a))  # fmt: skip
+            if not failed:
+                break
+            for name, (reason, tries) in failed.items():
+                policy.fail(works[name], reason, tries)
+            sites = tuple(s for s in sites if s not in failed)
+            if len(sites) < max(2, self.fed.aggregation.min_sites or 0):
+                # below the quorum: the next start of the round masks under a new attempt's keys
+                self.exchange.put_json(names.secure_set(number), {"round": number, "attempt": attempt + 1, "sites": []})
+                forget_start(self.root.round(number))
+                policy.leave_out()  # raises: below the quorum
+                raise UserError(f"round {number}: {len(sites)} site left of its secure sum, whose sum would be its "
+                                "change; nothing is averaged (aggregation.min_sites: 2 or more)")  # fmt: skip
+            attempt += 1
+            self.exchange.put_json(
+                names.secure_set(number), {"round": number, "attempt": attempt, "sites": list(sites)}
+            )
+            until = time.time() + seconds if seconds else None
+            log.warning("round %d: %s failed after the others masked against it; attempt %d of the secure sum, "
+                        "masked again by %s", number, ", ".join(sorted(failed)), attempt, ", ".join(sites))  # fmt: skip
+        for name in sites:
+            self._receive(works[name], values[name])
+        if policy.failed:
+            policy.leave_out()
+
+    def _await_masked(
+        self, works: dict[str, SiteWork], sites: tuple[str, ...], start: dict, until: float | None,
+        record_name: Callable[[str], str],
+    ) -> tuple[dict[str, dict], dict[str, tuple[str, int]]]:  # fmt: skip
+        """({site: its record at record_name}, {site: (reason, tries)} of those whose agent reports a failure
+        for this start of the round or that have no record by `until`), once every site of `sites` is one."""
+        number = works[sites[0]].round if sites else 0
+        records: dict[str, dict] = {}
+        failed: dict[str, tuple[str, int]] = {}
+        pending = list(sites)
+
+        def ask() -> bool | None:
+            for name in list(pending):
+                record = self.exchange.get_json(record_name(name))
+                report = None if record else self.exchange.get_json(names.site_failed(name, number))
+                if record is not None:
+                    records[name] = record
+                elif report is not None and report.get("start") == start["unix"]:
+                    failed[name] = self._failure(works[name], report)
+                else:
+                    continue
+                pending.remove(name)
+            if pending and until is not None and time.time() >= until:
+                for name in pending:
+                    failed[name] = (
+                        f"late: no masked upload at the exchange after {duration_text(start['deadline_s'])}",
+                        1,
+                    )
+                    log.warning("%s: %s", works[name].label, failed[name][0])
+                pending.clear()
+            return True if not pending else None
+
+        wait_at_exchange(ask, self.fed.poll_seconds, lambda: f"round {number}'s masked uploads of "
+                         f"{', '.join(pending)} at the exchange")  # fmt: skip
+        return records, failed
 
     def _late_costs(self, latest: int) -> None:
         """The cost.json of every site left out late of round `latest` or the one before without one, from
@@ -252,7 +337,8 @@ class AgentsExecutor:
             if not isinstance(files, dict) or set(files) != {VALUES_FILE}:
                 raise UserError(f"{label}: its record on the exchange lists {sorted(files or {})}, not its masked "
                                 f"{VALUES_FILE} alone; it is not averaged")  # fmt: skip
-            self.exchange.get_tree(names.site_files(w.name, w.round), files, sent)
+            attempt = int(record.get("attempt") or 1)
+            self.exchange.get_tree(names.site_values_files(w.name, w.round, attempt), files, sent)
             package = None
         else:
             if not isinstance(files, dict) or PACKAGE_MANIFEST not in files:

@@ -21,15 +21,18 @@ one rename) and checked on receipt against the record's table.
                                        of round NNN failed every attempt (or ran past the deadline) in the
                                        round that started at `start` (a quorum or a deadline decides)
 
-With privacy.secure_aggregation (secure_round.py), a round's change travels only masked, in two phases:
+With privacy.secure_aggregation (secure_round.py), a round's change travels only masked, in two phases
+of an attempt A (1, then one more each time a site of the set fails and the rest mask again):
 
+    global/secure-NNN.json             the coordinator: {round, attempt, sites}: the set the sites mask against
     sites/<site>/key-NNN.json          the site's agent: {round, public_key}: its key for round NNN, checked by
                                        every peer against the key the federation pins for the site
-    sites/<site>/scales-NNN/scales.upload   the site's agent: its masked block-scale integers (secure_upload.py)
-    sites/<site>/scales-NNN.json       the site's agent: {round, files, tokens, samples}: the weights' counts
-    global/scales-NNN/scales.sum       the coordinator: the sum of the sites' scale uploads (the shared scales)
-    global/scales-NNN.json             the coordinator: {round, sites, fractions: {site: weight}, files}
-    sites/<site>/round-NNN/values.upload    the site's agent: its masked values; its record is round-NNN.json
+    sites/<site>/scales-NNN-A/scales.upload  the site's agent: its masked block-scale integers (secure_upload.py)
+    sites/<site>/scales-NNN-A.json     the site's agent: {round, attempt, files, tokens, samples}
+    global/scales-NNN-A/scales.sum     the coordinator: the sum of the set's scale uploads (the shared scales)
+    global/scales-NNN-A.json           the coordinator: {round, attempt, sites, fractions: {site: weight}, files}
+    sites/<site>/values-NNN-A/values.upload  the site's agent: its masked values
+    sites/<site>/values-NNN-A.json     the site's agent: round-NNN.json's record of them, with the attempt
 
 The coordinator reads a site's results only from `sites/<site>/`; names are made here from the round
 number and the site names the federation config checked, never read from a listing.
@@ -38,7 +41,8 @@ number and the site names the federation config checked, never read from a listi
 from __future__ import annotations
 
 __all__ = ["CONFIG", "DROPPED", "global_files", "global_record", "round_start", "site_files", "site_record", "site_eval",
-           "site_failed", "site_key", "site_scales_files", "site_scales_record", "scale_sum_files", "scale_sum_record"]  # fmt: skip
+           "site_failed", "secure_set", "site_key", "site_scales_files", "site_scales_record", "scale_sum_files",
+           "scale_sum_record", "site_values_files", "site_values_record"]  # fmt: skip
 
 CONFIG = "federation.yaml"
 DROPPED = "dropped.json"
@@ -72,21 +76,33 @@ def site_failed(site: str, number: int) -> str:
     return f"sites/{site}/failed-{number:03d}.json"
 
 
+def secure_set(number: int) -> str:
+    return f"global/secure-{number:03d}.json"
+
+
 def site_key(site: str, number: int) -> str:
     return f"sites/{site}/key-{number:03d}.json"
 
 
-def site_scales_files(site: str, number: int) -> str:
-    return f"sites/{site}/scales-{number:03d}"
+def site_scales_files(site: str, number: int, attempt: int) -> str:
+    return f"sites/{site}/scales-{number:03d}-{attempt}"
 
 
-def site_scales_record(site: str, number: int) -> str:
-    return f"sites/{site}/scales-{number:03d}.json"
+def site_scales_record(site: str, number: int, attempt: int) -> str:
+    return f"sites/{site}/scales-{number:03d}-{attempt}.json"
 
 
-def scale_sum_files(number: int) -> str:
-    return f"global/scales-{number:03d}"
+def scale_sum_files(number: int, attempt: int) -> str:
+    return f"global/scales-{number:03d}-{attempt}"
 
 
-def scale_sum_record(number: int) -> str:
-    return f"global/scales-{number:03d}.json"
+def scale_sum_record(number: int, attempt: int) -> str:
+    return f"global/scales-{number:03d}-{attempt}.json"
+
+
+def site_values_files(site: str, number: int, attempt: int) -> str:
+    return f"sites/{site}/values-{number:03d}-{attempt}"
+
+
+def site_values_record(site: str, number: int, attempt: int) -> str:
+    return f"sites/{site}/values-{number:03d}-{attempt}.json"

@@ -32,7 +32,6 @@ from ...rounds.loop import RoundWork
 from ...rounds.phases import server_step
 from ...state.receipts import write_receipt
 from . import exchange_layout as names
-from .exchange_wait import wait_at_exchange
 from .secure_round import (
     COORDINATOR,
     SCALE_SUM_FILE,
@@ -73,49 +72,45 @@ def weight_fractions(fed: FederationConfig, counts: dict[str, dict]) -> dict[str
     return {site: w / total for site, w in raw.items()}
 
 
-def _scale_sum_header(fed: FederationConfig, number: int, sites: tuple[str, ...], tensors: list[tuple[str, int]]):
+def _scale_sum_header(
+    fed: FederationConfig, number: int, attempt: int, sites: tuple[str, ...], tensors: list[tuple[str, int]]
+):
     ss = secure_sum(fed, sites)
     blocks = [(name, ss.blocks(numel)) for name, numel in tensors]
-    return upload_header(fed, number, "scale sum", COORDINATOR, sites, ss.scale_bits, blocks)
+    return upload_header(fed, number, attempt, "scale sum", COORDINATOR, sites, ss.scale_bits, blocks)
 
 
-def sum_scales(fed: FederationConfig, exchange: Exchange, work: RoundWork, sites: tuple[str, ...]) -> None:
-    """Wait for every site's masked scales, sum them and post the sum with the sites' weight fractions
-    (once: a record already on the exchange is the round's)."""
+def sum_scales(
+    fed: FederationConfig, exchange: Exchange, work: RoundWork, attempt: int, records: dict[str, dict]
+) -> None:
+    """Sum the masked scales of the attempt's set (`records`: each site's scales record) and post the sum
+    with the sites' weight fractions (once: a sum already on the exchange is the attempt's)."""
     from ....averaging.inputs import resolve_input
 
-    number = work.number
-    if exchange.get_json(names.scale_sum_record(number)) is not None:
+    number, sites = work.number, tuple(sorted(records))
+    if exchange.get_json(names.scale_sum_record(number, attempt)) is not None:
         return
-    records: dict[str, dict] = {}
-
-    def ask() -> bool | None:
-        for site in sites:
-            if site not in records and (record := exchange.get_json(names.site_scales_record(site, number))):
-                records[site] = record
-        return True if len(records) == len(sites) else None
-
-    wait_at_exchange(ask, fed.poll_seconds, lambda: f"round {number}'s masked scales of "
-                     f"{', '.join(s for s in sites if s not in records)} at the exchange")  # fmt: skip
     tensors = float_tensors(resolve_input(work.previous).weights)
     ss = secure_sum(fed, sites)
     blocks = [(name, ss.blocks(numel)) for name, numel in tensors]
     paths = {}
     for site in sites:
         sent = work.averaged.parent / site / "sent"  # the site's folder of the round, as its SiteWork's
-        exchange.get_tree(names.site_scales_files(site, number), records[site].get("files") or {}, sent)
+        exchange.get_tree(names.site_scales_files(site, number, attempt), records[site].get("files") or {}, sent)
         paths[site] = sent / SCALES_FILE
-    expected = {s: upload_header(fed, number, "scales", s, sites, ss.scale_bits, blocks) for s in sites}
+    expected = {s: upload_header(fed, number, attempt, "scales", s, sites, ss.scale_bits, blocks) for s in sites}
     total = sum_uploads(expected, paths)
-    fractions = weight_fractions(fed, {s: records[s] for s in sites})
+    fractions = weight_fractions(fed, records)
     out = work.averaged.parent / "secure"
     out.mkdir(parents=True, exist_ok=True)
     packed = {name: pack_bits(total[name], ss.scale_bits) for name, _ in blocks}
-    write_upload(out / SCALE_SUM_FILE, _scale_sum_header(fed, number, sites, tensors), packed)
-    files = exchange.put_tree(out, names.scale_sum_files(number), {SCALE_SUM_FILE: file_table(out)[SCALE_SUM_FILE]})
-    exchange.put_json(names.scale_sum_record(number), {"round": number, "sites": list(sites), "fractions": fractions,
-                                                       "files": files})  # fmt: skip
-    log.info("round %d: summed the masked scales of %s; weights %s", number, ", ".join(sites),
+    write_upload(out / SCALE_SUM_FILE, _scale_sum_header(fed, number, attempt, sites, tensors), packed)
+    files = exchange.put_tree(
+        out, names.scale_sum_files(number, attempt), {SCALE_SUM_FILE: file_table(out)[SCALE_SUM_FILE]}
+    )
+    exchange.put_json(names.scale_sum_record(number, attempt), {"round": number, "attempt": attempt, "sites": list(sites),
+                                                                "fractions": fractions, "files": files})  # fmt: skip
+    log.info("round %d attempt %d: summed the masked scales of %s; weights %s", number, attempt, ", ".join(sites),
              ", ".join(f"{s} {f:.4f}" for s, f in fractions.items()))  # fmt: skip
 
 
@@ -128,7 +123,8 @@ def secure_average(fed: FederationConfig, work: RoundWork, sent: dict[str, Path]
 
     number, started = work.number, time.time()
     sites = tuple(sorted(sent))
-    record = exchange.get_json(names.scale_sum_record(number)) or {}
+    attempt = int((exchange.get_json(names.secure_set(number)) or {}).get("attempt") or 1)
+    record = exchange.get_json(names.scale_sum_record(number, attempt)) or {}
     if tuple(record.get("sites") or ()) != sites:
         raise UserError(f"round {number}: the scales were summed over {record.get('sites')}, not {list(sites)}; "
                         "nothing is averaged")  # fmt: skip
@@ -140,9 +136,9 @@ def secure_average(fed: FederationConfig, work: RoundWork, sent: dict[str, Path]
         tensors = float_tensors(previous.weights)
         ss = secure_sum(fed, sites)
         secure = work.averaged.parent / "secure"
-        field = sum_uploads({COORDINATOR: _scale_sum_header(fed, number, sites, tensors)},
+        field = sum_uploads({COORDINATOR: _scale_sum_header(fed, number, attempt, sites, tensors)},
                             {COORDINATOR: secure / SCALE_SUM_FILE})  # fmt: skip
-        expected = {s: upload_header(fed, number, "values", s, sites, ss.sum_bits, tensors) for s in sites}
+        expected = {s: upload_header(fed, number, attempt, "values", s, sites, ss.sum_bits, tensors) for s in sites}
         totals = sum_uploads(expected, {s: sent[s] / VALUES_FILE for s in sites})
         average = {name: ss.decode(totals[name], ss.shared_scales(field[name])) for name, _ in tensors}
         staged = work.averaged.parent / "secure-average"
@@ -150,7 +146,7 @@ def secure_average(fed: FederationConfig, work: RoundWork, sent: dict[str, Path]
         average_checkpoints([staged], work.global_model, weights=[1.0], dtype=fed.aggregation.dtype,
                             server=server_step(fed, work.previous), minimum_inputs=1)  # fmt: skip
         shutil.rmtree(staged)
-    tokens = {s: (exchange.get_json(names.site_scales_record(s, number)) or {}).get("tokens") for s in sites}
+    tokens = {s: (exchange.get_json(names.site_scales_record(s, number, attempt)) or {}).get("tokens") for s in sites}
     write_receipt(work.averaged, {
         "round": number,
         "global_model": str(work.global_model),
@@ -159,7 +155,8 @@ def secure_average(fed: FederationConfig, work: RoundWork, sent: dict[str, Path]
         "left_out": dict(work.left_out or {}),
         "sent_bytes": {s: (sent[s] / SCALES_FILE).stat().st_size + (sent[s] / VALUES_FILE).stat().st_size for s in sites},
         "received_bytes": weight_bytes(work.global_model),
-        "secure_aggregation": {"sites": list(sites), "codec": fed.transfer.dtype, "sum_bits": secure_sum(fed, sites).sum_bits},
+        "secure_aggregation": {"sites": list(sites), "attempt": attempt, "codec": fed.transfer.dtype,
+                               "sum_bits": secure_sum(fed, sites).sum_bits},
         "seconds": time.time() - started,
     })  # fmt: skip
     log.info("round %d: the masked sum of %s decoded and applied into %s", number, ", ".join(sites), work.global_model)

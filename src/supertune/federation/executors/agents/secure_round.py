@@ -14,10 +14,12 @@ A round is, at the exchange (exchange_layout.py names the files):
    fraction; the coordinator sums them, decodes the weighted average change and applies it to the
    round's global model as the delta path does (server optimizer included).
 
-The masks are made for one set: every site of the round must upload both phases (a site that fails
-after the others masked against it would leave the sum as noise: quorums and deadlines are refused
-with secure aggregation until dropouts are carried). Attempt is 1: a round that starts again after a
-stop is the same attempt, and its uploads, remade from the same checkpoint, are the same integers.
+The masks are made for one set, the coordinator's (`global/secure-NNN.json`): a site of it that fails
+(its agent reports a failed training, or it has not uploaded by the round's deadline) would leave the
+sum as noise, since the others masked against it. So the coordinator fixes the remaining set, down to
+aggregation.min_sites, as the next attempt, and every remaining site uploads both phases again, masked
+under the next attempt's keys (HKDF binds a mask to its attempt: no mask is used twice). Each attempt
+after the first has a deadline of its own, as long as the round's, from when it is set.
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ from ....transfer.secure_upload import UploadHeader
 from ....weight_files.dtypes import accumulator_dtype, widen_into
 from ...config.schema import FederationConfig
 
-__all__ = ["ATTEMPT", "SCALES_FILE", "VALUES_FILE", "SCALE_SUM_FILE", "COORDINATOR", "round_sites", "secure_sum",
+__all__ = ["SCALES_FILE", "VALUES_FILE", "SCALE_SUM_FILE", "COORDINATOR", "round_sites", "secure_sum",
            "mask_context", "upload_header", "float_tensors", "read_tensor"]  # fmt: skip
 
-ATTEMPT = 1
 SCALES_FILE = "scales.upload"
 VALUES_FILE = "values.upload"
 SCALE_SUM_FILE = "scales.sum"
@@ -52,15 +53,15 @@ def secure_sum(fed: FederationConfig, sites: tuple[str, ...]) -> SecureSum:
     return SecureSum(fed.transfer.dtype, len(sites), fed.transfer.block_size)
 
 
-def mask_context(fed: FederationConfig, number: int) -> MaskContext:
-    return MaskContext(fed.name, number, ATTEMPT)
+def mask_context(fed: FederationConfig, number: int, attempt: int) -> MaskContext:
+    return MaskContext(fed.name, number, attempt)
 
 
 def upload_header(
-    fed: FederationConfig, number: int, phase: str, site: str, sites: tuple[str, ...], bits: int,
+    fed: FederationConfig, number: int, attempt: int, phase: str, site: str, sites: tuple[str, ...], bits: int,
     tensors: list[tuple[str, int]],
 ) -> UploadHeader:  # fmt: skip
-    return UploadHeader(fed.name, number, ATTEMPT, phase, site, tuple(sites), bits, tuple(tensors))
+    return UploadHeader(fed.name, number, attempt, phase, site, tuple(sites), bits, tuple(tensors))
 
 
 def float_tensors(weights) -> list[tuple[str, int]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ....checkpoints.faults import fault_point
 from ....errors import UserError
 from ....exchange import Exchange
 from ....file_table import file_table
@@ -36,7 +37,7 @@ from .secure_round import (
     upload_header,
 )
 
-__all__ = ["post_key", "peer_keys", "send_masked"]
+__all__ = ["post_key", "peer_keys", "current_set", "send_masked"]
 
 log = logging.getLogger("supertune")
 
@@ -75,11 +76,17 @@ def peer_keys(
     return got
 
 
+def current_set(exchange: Exchange, number: int) -> dict | None:
+    """The coordinator's set of round `number`'s secure sum: {round, attempt, sites}, or None before it is set."""
+    return exchange.get_json(names.secure_set(number))
+
+
 def send_masked(
     exchange: Exchange,
     fed: FederationConfig,
     site: str,
     number: int,
+    attempt: int,
     sites: tuple[str, ...],
     private_key: bytes,
     peers: dict[str, bytes],
@@ -87,16 +94,22 @@ def send_masked(
     previous: Path,
     counts: dict,
     out: Path,
-) -> Path:
-    """Both masked uploads of this site's change from `previous` to `checkpoint`, written under `out` and
-    put on the exchange (the scales, then, once the coordinator has summed them, the values); returns
-    the values' directory, whose record the caller puts. `counts`: the site's tokens and samples."""
+) -> Path | None:
+    """Both masked uploads of this site's change from `previous` to `checkpoint` for `attempt` of the
+    round's sum over `sites`, written under `out` and put on the exchange (the scales, then, once the
+    coordinator has summed them, the values, which the caller puts with its record); returns the
+    values' directory, or None when the coordinator set a later attempt meanwhile (a site of the set
+    failed). `counts`: the site's tokens and samples."""
     from ....averaging.inputs import resolve_input
 
     source, base = resolve_input(checkpoint).weights, resolve_input(previous).weights
     tensors = float_tensors(base)
     ss = secure_sum(fed, sites)
-    masks = PairMasks(site, private_key, peers, mask_context(fed, number))
+    masks = PairMasks(
+        site, private_key, {p: k for p, k in peers.items() if p in sites}, mask_context(fed, number, attempt)
+    )
+    blocks = [(name, ss.blocks(numel)) for name, numel in tensors]
+    out = out / f"attempt-{attempt}"
 
     def change(name: str) -> np.ndarray:
         x = read_tensor(source, name) - read_tensor(base, name)
@@ -106,31 +119,41 @@ def send_masked(
 
     # phase 1: the block scales
     scales_dir = out / "scales"
-    if exchange.get_json(names.site_scales_record(site, number)) is None:
+    if exchange.get_json(names.site_scales_record(site, number, attempt)) is None:
         packed = {}
         for name, _ in tensors:
-            packed[name] = pack_bits(masks.apply(ss.scale_field(change(name)), f"{name}:scales", 0, ss.scale_bits),
-                                     ss.scale_bits)  # fmt: skip
+            field = ss.scale_field(change(name))
+            packed[name] = pack_bits(masks.apply(field, f"{name}:scales", 0, ss.scale_bits), ss.scale_bits)
         scales_dir.mkdir(parents=True, exist_ok=True)
-        blocks = [(name, ss.blocks(numel)) for name, numel in tensors]
-        write_upload(scales_dir / SCALES_FILE, upload_header(fed, number, "scales", site, sites, ss.scale_bits, blocks),
-                     packed)  # fmt: skip
-        files = exchange.put_tree(scales_dir, names.site_scales_files(site, number), file_table(scales_dir))
-        exchange.put_json(names.site_scales_record(site, number), {"round": number, "files": files, **counts})
-        log.info("site %s round %d: sent its masked block scales (%d bytes)", site, number,
+        header = upload_header(fed, number, attempt, "scales", site, sites, ss.scale_bits, blocks)
+        write_upload(scales_dir / SCALES_FILE, header, packed)
+        files = exchange.put_tree(scales_dir, names.site_scales_files(site, number, attempt), file_table(scales_dir))
+        exchange.put_json(names.site_scales_record(site, number, attempt),
+                          {"round": number, "attempt": attempt, "files": files, **counts})  # fmt: skip
+        log.info("site %s round %d attempt %d: sent its masked block scales (%d bytes)", site, number, attempt,
                  (scales_dir / SCALES_FILE).stat().st_size)  # fmt: skip
-    # the coordinator's sum of every site's scales: the shared scales, and this site's weight
-    record = wait_at_exchange(lambda: exchange.get_json(names.scale_sum_record(number)), fed.poll_seconds,
-                              lambda: f"the sum of round {number}'s scales (site {site})")  # fmt: skip
+        fault_point("secure.scales", number, 0)
+
+    # the coordinator's sum of the set's scales (the shared scales, and this site's weight), or a later attempt
+    def ask() -> dict | None:
+        record = exchange.get_json(names.scale_sum_record(number, attempt))
+        if record is None and int((current_set(exchange, number) or {}).get("attempt") or 0) > attempt:
+            return {}
+        return record
+
+    record = wait_at_exchange(ask, fed.poll_seconds, lambda: f"the sum of round {number}'s scales (site {site})")
+    if not record:
+        log.warning("site %s round %d: the coordinator set attempt %d's set anew (a site of it failed); masking "
+                    "again", site, number, attempt)  # fmt: skip
+        return None
     if tuple(record.get("sites") or ()) != sites:
         raise UserError(
-            f"exchange: {names.scale_sum_record(number)} sums the scales of {record.get('sites')}, not {list(sites)}; "
-            "nothing is sent"
+            f"exchange: {names.scale_sum_record(number, attempt)} sums the scales of {record.get('sites')}, not "
+            f"{list(sites)}; nothing is sent"
         )
     summed = out / "scale-sum"
-    exchange.get_tree(names.scale_sum_files(number), record.get("files") or {}, summed)
-    blocks = [(name, ss.blocks(numel)) for name, numel in tensors]
-    expected = upload_header(fed, number, "scale sum", COORDINATOR, sites, ss.scale_bits, blocks)
+    exchange.get_tree(names.scale_sum_files(number, attempt), record.get("files") or {}, summed)
+    expected = upload_header(fed, number, attempt, "scale sum", COORDINATOR, sites, ss.scale_bits, blocks)
     field = sum_uploads({COORDINATOR: expected}, {COORDINATOR: summed / SCALE_SUM_FILE})
     fraction = float(record["fractions"][site])
     # phase 2: the values, on the shared scales
@@ -141,8 +164,8 @@ def send_masked(
         q, n = ss.encode(change(name), ss.shared_scales(field[name]), fraction)
         clipped += n
         packed[name] = pack_bits(masks.apply(q, f"{name}:values", 0, ss.sum_bits), ss.sum_bits)
-    write_upload(values_dir / VALUES_FILE, upload_header(fed, number, "values", site, sites, ss.sum_bits, tensors),
-                 packed)  # fmt: skip
-    log.info("site %s round %d: its change masked on the shared scales at weight %.4f (%d values clipped to the "
-             "shared range)", site, number, fraction, clipped)  # fmt: skip
+    header = upload_header(fed, number, attempt, "values", site, sites, ss.sum_bits, tensors)
+    write_upload(values_dir / VALUES_FILE, header, packed)
+    log.info("site %s round %d attempt %d: its change masked on the shared scales at weight %.4f (%d values "
+             "clipped to the shared range)", site, number, attempt, fraction, clipped)  # fmt: skip
     return values_dir

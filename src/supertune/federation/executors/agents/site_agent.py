@@ -51,7 +51,7 @@ from ...state.site_key import agent_key
 from . import exchange_layout as names
 from .exchange_wait import OUTAGE_WAIT, wait_at_exchange
 from .secure_round import round_sites
-from .secure_site import peer_keys, post_key, send_masked
+from .secure_site import current_set, peer_keys, post_key, send_masked
 
 __all__ = ["run_agent", "run_agent_through_outages", "AgentEnd"]
 
@@ -142,6 +142,7 @@ class _Agent:
         self, fed: FederationConfig, site: SiteConfig, root: FederationDir, exchange: Exchange, key: bytes | None
     ) -> None:
         self.fed, self.site, self.root, self.exchange, self.key = fed, site, root, exchange, key
+        self.peers: dict[str, bytes] = {}  # with secure aggregation: the peers' checked public keys
         # the built-in executor of this one site trains its rounds, here or as its SLURM jobs
         self.local = dataclasses.replace(fed, sites=[site], executor="builtin", exchange=None)
         if fed.aggregation.min_sites is not None or fed.round_deadline:
@@ -209,6 +210,8 @@ class _Agent:
             record = self.exchange.get_json(names.global_record(number))
             if record is None and previous is not None and self._started_again(number):
                 self._train_round(number, previous)
+            elif record is None and previous is not None:
+                self._masked_again(number, previous)
             return record
 
         return wait_at_exchange(ask, self.fed.poll_seconds,
@@ -338,27 +341,63 @@ class _Agent:
         trained = read_trained(sd.trained)
         assert trained is not None
         if self.key is not None and self.fed.privacy.secure_aggregation:
-            sites = round_sites(self.fed, number, start.get("left_out"))
-            counts = {"tokens": trained.tokens, "samples": trained.samples}
-            sent = send_masked(self.exchange, self.fed, name, number, sites, self.key, self.peers,
-                               Path(trained.checkpoint), previous, counts, sd.path / "secure")  # fmt: skip
-            self._put_record(number, sent, file_table(sent), trained)
+            self._send_masked(number, previous)
             return
         package = send_result(self.local, self.root, number, name, trained.checkpoint, previous, everyone=self.fed)
         sent = package.directory
         # the package's own table (its residual stays here), and its manifest
         table = {**package.files, PACKAGE_MANIFEST: size_and_sha256(sent / PACKAGE_MANIFEST)}
-        self._put_record(number, sent, table, trained)
+        files = self.exchange.put_tree(sent, names.site_files(name, number), table)
+        self._put_record(number, files, trained, names.site_record(name, number))
 
-    def _put_record(self, number: int, sent: Path, table: dict, trained) -> None:
-        """What the site sends of round `number` (the files of `table` in `sent`) on the exchange, its record last."""
+    def _send_masked(self, number: int, previous: Path) -> None:
+        """The site's trained change of round `number` masked for the coordinator's current set (secure_round.py),
+        once per attempt: again whenever the coordinator sets a later attempt while this one waits."""
+        name = self.site.name
+        trained = read_trained(self.root.round(number).site(name).trained)
+        assert trained is not None
+        while True:
+            current = wait_at_exchange(lambda: current_set(self.exchange, number), self.fed.poll_seconds,
+                                       lambda: f"the set of round {number}'s secure sum (site {name})")  # fmt: skip
+            attempt, sites = int(current["attempt"]), tuple(current["sites"])
+            if name not in sites:
+                log.warning("site %s round %d: not in attempt %d's set; nothing is sent", name, number, attempt)
+                return
+            if self.exchange.get_json(names.site_values_record(name, number, attempt)) is not None:
+                return
+            counts = {"tokens": trained.tokens, "samples": trained.samples}
+            out = self.root.round(number).site(name).path / "secure"
+            sent = send_masked(self.exchange, self.fed, name, number, attempt, sites, self.key, self.peers,
+                               Path(trained.checkpoint), previous, counts, out)  # fmt: skip
+            if sent is not None:
+                files = self.exchange.put_tree(sent, names.site_values_files(name, number, attempt), file_table(sent))
+                self._put_record(number, files, trained, names.site_values_record(name, number, attempt), attempt)
+                return
+
+    def _masked_again(self, number: int, previous: Path) -> None:
+        """While the site waits for round `number`'s global model: the coordinator set a later attempt of the
+        round's secure sum (a site failed after masking) with this site in it, so it masks again."""
+        if self.key is None or not self.fed.privacy.secure_aggregation:
+            return
+        if read_receipt(self.root.round(number).site(self.site.name).trained) is None:
+            return
+        current = current_set(self.exchange, number)
+        if current is None or self.site.name not in current.get("sites", ()):
+            return
+        if self.exchange.get_json(names.site_values_record(self.site.name, number, int(current["attempt"]))) is None:
+            if not self.peers:
+                self.peers = peer_keys(self.exchange, self.fed, self.site.name, number, tuple(current["sites"]),
+                                       self.fed.poll_seconds)  # fmt: skip
+            self._send_masked(number, previous)
+
+    def _put_record(self, number: int, files: dict, trained, where: str, attempt: int | None = None) -> None:
+        """The record of what the site sent of round `number` (`files`, on the exchange already) at `where`."""
         name = self.site.name
         sd = self.root.round(number).site(name)
-        files = self.exchange.put_tree(sent, names.site_files(name, number), table)
         attempts = [a.as_json() for a in read_attempts(sd.cost) or []]
         kept = trained.as_json()
         record = {key: kept[key] for key in ("step", "tokens", "loss_tokens", "samples", "eval_loss", "seconds", "run")}
-        self.exchange.put_json(
-            names.site_record(name, number), {"round": number, "files": files, "attempts": attempts, **record}
-        )
-        log.info("site %s round %d: sent %s to the exchange", name, number, sent)
+        if attempt is not None:
+            record["attempt"] = attempt
+        self.exchange.put_json(where, {"round": number, "files": files, "attempts": attempts, **record})
+        log.info("site %s round %d: sent %s to the exchange", name, number, ", ".join(sorted(files)))
