@@ -139,7 +139,12 @@ def _federation(text: str) -> FederationConfig:
 
 class _Agent:
     def __init__(
-        self, fed: FederationConfig, site: SiteConfig, root: FederationDir, exchange: Exchange, key: bytes | None
+        self,
+        fed: FederationConfig,
+        site: SiteConfig,
+        root: FederationDir,
+        exchange: Exchange,
+        key: bytes | None = None,
     ) -> None:
         self.fed, self.site, self.root, self.exchange, self.key = fed, site, root, exchange, key
         self.peers: dict[str, bytes] = {}  # with secure aggregation: the peers' checked public keys
