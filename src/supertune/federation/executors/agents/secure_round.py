@@ -7,10 +7,10 @@ A round is, at the exchange (exchange_layout.py names the files):
 1. each training site's agent posts its public key (`key-NNN.json`) and checks every peer's posted key
    against the key the federation pins for that peer: one that differs stops the agent in one line
    naming the site, before it trains or uploads anything;
-2. after training, each posts its masked block-scale integers (`scales-NNN/scales.upload`) with its
+2. after training, each posts its masked block-scale integers (`scales-NNN-A/scales.upload`) with its
    tokens and samples; the coordinator sums them (the sum is the shared scales, nothing of one site)
-   and posts the sum with each site's weight fraction (`global/scales-NNN`);
-3. each posts its masked values (`round-NNN/values.upload`), encoded on the shared scales at its
+   and posts the sum with each site's weight fraction (`global/scales-NNN-A`);
+3. each posts its masked values (`values-NNN-A/values.upload`), encoded on the shared scales at its
    fraction; the coordinator sums them, decodes the weighted average change and applies it to the
    round's global model as the delta path does (server optimizer included).
 

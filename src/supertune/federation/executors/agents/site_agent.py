@@ -25,6 +25,11 @@ A site dropped from the federation (`supertune federate DIR --drop SITE`, which 
 the exchange as `dropped.json`) is told there: its agent asks while it waits for a round and before it
 trains one, and stops (exit 0) with one line saying so, leaving its directory as it is.
 
+With privacy.secure_aggregation (run with --key) the agent sends its change only masked (secure_site.py,
+secure_round.py): its key posted and its peers' checked before it trains, then its masked scales and
+values for the coordinator's set; while it waits for the round's global model, a later attempt of the
+set with this site in it (a site lost after masking) makes it mask again.
+
 An outage of the exchange (ExchangeUnreachable, once the exchange's own retries gave up) does not end
 an agent run by hand (`run_agent_through_outages`): it waits OUTAGE_WAIT seconds and runs again from
 where it was, as its chain of jobs does between two links (agent_chain.py).
