@@ -82,10 +82,11 @@ def _chi_square_of_bytes(data: bytes) -> float:
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float]) -> tuple[dict, dict, dict]:
+def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float], lr: float = 1.0) -> tuple[dict, dict, dict]:
     """Check round 1's global model against the weighted average of the changes the agents' checkpoints
-    hold (the sites of `weights`): within half a shared step of it, and within one step of the plain int8
-    federation's average. Returns (base model, global model, each site's change)."""
+    hold (the sites of `weights`), applied at the server learning rate `lr` (fedavgm without momentum):
+    within half a shared step (times lr) of it, and within one step of the plain int8 federation's
+    average. Returns (base model, global model, each site's change)."""
     fed = tmp_path / "fed"
     assert abs(sum(weights.values()) - 1) < 1e-12
     g, now = _model(fed / "round-000" / "global"), _model(fed / "round-001" / "global")
@@ -106,16 +107,17 @@ def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float]) -> tu
         plain = exact.copy()
         for s in weights:
             d = changes[s][n].reshape(-1)
-            exact += weights[s] * np.clip(d, -127 * step, 127 * step)
+            exact += lr * weights[s] * np.clip(d, -127 * step, 127 * step)
             padded = np.zeros(-(-numel // 64) * 64)
             padded[:numel] = d
             own = np.abs(padded.reshape(-1, 64)).max(axis=1) / 127  # the site's own int8 scale of each block
             own_scale = np.repeat(np.where(own > 0, own, 1.0), 64)[:numel]
-            plain += weights[s] * np.rint(d / own_scale) * own_scale
+            plain += lr * weights[s] * np.rint(d / own_scale) * own_scale
         got = now[n].reshape(-1).astype(np.float64)
         rounding = np.abs(exact) * 2.0**-23  # the global model is float32
-        worst_exact = max(worst_exact, float(((np.abs(got - exact) - rounding) / np.maximum(step, 1e-30)).max()))
-        worst_plain = max(worst_plain, float(((np.abs(got - plain) - rounding) / np.maximum(step, 1e-30)).max()))
+        step = lr * np.maximum(step, 1e-30)
+        worst_exact = max(worst_exact, float(((np.abs(got - exact) - rounding) / step).max()))
+        worst_plain = max(worst_plain, float(((np.abs(got - plain) - rounding) / step).max()))
     assert worst_exact <= 0.5 + 1e-6, worst_exact  # within half a shared step of the exact weighted average
     assert worst_plain <= 1.0 + 1e-6, worst_plain  # and of the plain int8 average, whose own step is finer
     assert max(float(np.abs(now[n] - g[n]).max()) for n in g) > 0  # the round moved the model
@@ -125,14 +127,16 @@ def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float]) -> tu
 @pytest.mark.slow
 def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
     keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
-    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
+    config = _config(tmp_path, keys)
+    config["aggregation"] = {"server_lr": 0.5}  # the server step applies the decoded average as the delta path's
+    (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     codes = _run_federation(tmp_path, keys)
     assert set(codes.values()) == {0}, codes
     fed = tmp_path / "fed"
     averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
     weights = averaged["weights"]
     assert sorted(weights) == ["site-a", "site-b"] and averaged["secure_aggregation"]["attempt"] == 1
-    g, now, changes = _average_within_half_a_step(tmp_path, weights)
+    g, now, changes = _average_within_half_a_step(tmp_path, weights, lr=0.5)
 
     # Every file of the coordinator and the exchange: no transfer package, no residual, no change in the
     # clear; what a site sent is its two masked uploads and their records.
