@@ -230,13 +230,19 @@ class AgentsExecutor:
             for name, (reason, tries) in failed.items():
                 policy.fail(works[name], reason, tries)
             sites = tuple(s for s in sites if s not in failed)
-            if len(sites) < max(2, self.fed.aggregation.min_sites or 0):
+            quorum = self.fed.aggregation.min_sites
+            needed = max(2, quorum if quorum is not None else len(work.trained))  # as quorum.py counts it
+            if len(sites) < needed:
                 # below the quorum: the next start of the round masks under a new attempt's keys
                 self.exchange.put_json(names.secure_set(number), {"round": number, "attempt": attempt + 1, "sites": []})
                 forget_start(self.root.round(number))
-                policy.leave_out()  # raises: below the quorum
-                raise UserError(f"round {number}: {len(sites)} site left of its secure sum, whose sum would be its "
-                                "change; nothing is averaged (aggregation.min_sites: 2 or more)")  # fmt: skip
+                said = "; ".join(f"{name}: {reason}" for name, (reason, _) in policy.failed.items())
+                raise UserError(
+                    f"round {number}: {len(sites)} of {len(work.trained)} sites are left in its secure sum and the "
+                    f"round needs {needed} (aggregation.min_sites, 2 at least: a sum of one site is its change); "
+                    f"{said}; run `supertune federate {self.root.path}` again to go on (the round starts again, "
+                    "masked under new keys), or leave a site out with --skip-site NAME"
+                )
             attempt += 1
             self.exchange.put_json(
                 names.secure_set(number), {"round": number, "attempt": attempt, "sites": list(sites)}
