@@ -227,3 +227,55 @@ def test_a_peer_key_that_is_not_the_pinned_one_stops_the_agent_naming_the_site(t
         f"{keys['site-b']}; nothing is masked or sent (check the exchange and the federation config)"
     )
     assert not list((tmp_path / "exchange").rglob("*.upload"))
+
+
+def test_a_secure_round_below_its_quorum_stops_and_starts_again_under_new_keys(tmp_path: Path) -> None:
+    """In one process, against a directory exchange: site a's agent reports a failed training, b and c
+    send nothing by the 2 s deadline. The round stops in one line below its quorum, forgets its start,
+    and leaves the next attempt's number on the exchange with no set: run again, the round masks as
+    attempt 2 with every site, never under attempt 1's keys again."""
+    from supertune.exchange import Exchange, parse_exchange
+    from supertune.federation.config.schema import (
+        AggregationConfig,
+        FederationConfig,
+        PrivacyConfig,
+        SiteConfig,
+        TransferConfig,
+    )
+    from supertune.federation.executors.agents import exchange_layout as names
+    from supertune.federation.executors.agents.coordinator import AgentsExecutor
+    from supertune.federation.rounds.loop import RoundWork, SiteWork
+    from supertune.federation.state.layout import FederationDir
+
+    sites = [SiteConfig(name=n) for n in ("a", "b", "c")]
+    fed = FederationConfig(name="q", rounds=1, executor="agents", exchange=str(tmp_path / "exchange"), poll_seconds=1,
+                           round_deadline="2s", aggregation=AggregationConfig(min_sites=2), sites=sites,
+                           transfer=TransferConfig(delta=True, dtype="int8"),
+                           privacy=PrivacyConfig(secure_aggregation=True))  # fmt: skip
+    root = FederationDir(tmp_path / "fed")
+    root.config.parent.mkdir(parents=True)
+    root.config.write_text("name: q\n")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    exchange = Exchange(parse_exchange(fed.exchange))
+    coordinator = AgentsExecutor(fed, root)
+    rd = root.round(1)
+    train = [SiteWork(s, 1, tmp_path / "x.yaml", rd.site(s.name).path, receipt=rd.site(s.name).trained) for s in sites]
+    work = RoundWork(1, base, rd.global_model, rd.averaged, train=train, trained={w.name: w.receipt for w in train})
+    start = coordinator._put_start(1)
+    report = {"round": 1, "start": start["unix"], "reason": "failed: exit 1", "tries": 2, "attempts": []}
+    exchange.put_json(names.site_failed("a", 1), report)
+    with pytest.raises(UserError) as stopped:
+        coordinator.run_round(work)
+    text = str(stopped.value)
+    assert "\n" not in text and text.startswith(
+        "round 1: 0 of 3 sites are left in its secure sum and the round needs 2 (aggregation.min_sites, 2 at least: "
+        "a sum of one site is its change); a: failed: exit 1; b: late: no masked upload at the exchange after 2s; "
+        "c: late: no masked upload at the exchange after 2s; run `supertune federate "
+    ), text
+    assert exchange.get_json(names.secure_set(1)) == {"round": 1, "attempt": 2, "sites": []}
+    assert not rd.started.exists() and not list(rd.path.rglob("left_out.json"))
+    with pytest.raises(UserError, match="0 of 3 sites are left in its secure sum"):
+        coordinator.run_round(work)  # a new start: attempt 2 with every site, which all miss its deadline too
+    assert exchange.get_json(names.secure_set(1)) == {"round": 1, "attempt": 3, "sites": []}
