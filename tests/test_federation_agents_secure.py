@@ -203,6 +203,7 @@ def test_a_site_lost_after_the_others_masked_against_it_does_not_lose_the_round(
 
 def test_a_peer_key_that_is_not_the_pinned_one_stops_the_agent_naming_the_site(tmp_path: Path) -> None:
     from supertune.exchange import Exchange, parse_exchange
+    from supertune.federation.config.executors import executor_kind
     from supertune.federation.config.load import load_federation
     from supertune.federation.executors.agents import exchange_layout as names
     from supertune.federation.executors.agents.secure_site import peer_keys, post_key
@@ -211,6 +212,8 @@ def test_a_peer_key_that_is_not_the_pinned_one_stops_the_agent_naming_the_site(t
     keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
     (tmp_path / "federation.yaml").write_text(yaml.safe_dump(_config(tmp_path, keys), sort_keys=False))
     fed, _ = load_federation(tmp_path / "federation.yaml")
+    # --dry-run names the agent's command with its key
+    assert executor_kind(fed).place(fed, fed.sites[0]).endswith(f"--site site-a {fed.exchange} --key KEYFILE)")
     sites = ("site-a", "site-b")
     with Exchange(parse_exchange(fed.exchange)) as exchange:
         post_key(exchange, "site-b", 1, (tmp_path / "site-b.key").read_bytes())

@@ -74,7 +74,8 @@ def _streamflow_checks(fed: Any) -> list[str]:
 
 
 def _agent_place(fed: Any, site: Any) -> str:
-    return f"by its agent at the site (supertune federate --site {site.name} {fed.exchange})"
+    key = " --key KEYFILE" if fed.privacy.secure_aggregation else ""  # the key --new-key made at the site
+    return f"by its agent at the site (supertune federate --site {site.name} {fed.exchange}{key})"
 
 
 EXECUTORS: dict[str, ExecutorKind] = {
