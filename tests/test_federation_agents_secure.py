@@ -126,9 +126,12 @@ def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float], lr: f
 
 @pytest.mark.slow
 def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
+    """Two rounds; round 1's global model is checked against the sites' checkpoints, and what the
+    coordinator and the exchange hold is walked."""
     keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
     config = _config(tmp_path, keys)
     config["aggregation"] = {"server_lr": 0.5}  # the server step applies the decoded average as the delta path's
+    config["rounds"] = 2  # round 2 masks again, from round 1's global model, under round 2's keys
     (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     codes = _run_federation(tmp_path, keys)
     assert set(codes.values()) == {0}, codes
@@ -161,7 +164,11 @@ def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_avera
     assert _chi_square_of_bytes(masked) < 400, _chi_square_of_bytes(masked)
     assert _chi_square_of_bytes(unmasked) > 10_000  # the same integers unmasked are far from uniform
     table = json.loads((fed / "rounds.json").read_text())
-    assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"][s] for s in ("site-a", "site-b")]
+    second = json.loads((fed / "round-002" / "averaged.json").read_text())
+    assert second["secure_aggregation"]["attempt"] == 1 and second["sent_bytes"] == averaged["sent_bytes"]
+    assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"][s] for s in ("site-a", "site-b")] * 2
+    moved = _model(fed / "round-002" / "global")
+    assert max(float(np.abs(moved[n] - now[n]).max()) for n in now) > 0
 
 
 @pytest.mark.slow
