@@ -124,17 +124,31 @@ def _average_within_half_a_step(tmp_path: Path, weights: dict[str, float], lr: f
     return g, now, changes
 
 
-@pytest.mark.slow
-def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(tmp_path: Path) -> None:
-    """Two rounds; round 1's global model is checked against the sites' checkpoints, and what the
-    coordinator and the exchange hold is walked."""
+def _two_sites(tmp_path: Path) -> dict[str, str]:
+    """Two sites' keys and the federation config of two rounds (fedavgm at server_lr 0.5) in `tmp_path`."""
     keys = {name: make_site_key(tmp_path / f"{name}.key") for name in ("site-a", "site-b")}
     config = _config(tmp_path, keys)
     config["aggregation"] = {"server_lr": 0.5}  # the server step applies the decoded average as the delta path's
     config["rounds"] = 2  # round 2 masks again, from round 1's global model, under round 2's keys
     (tmp_path / "federation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    codes = _run_federation(tmp_path, keys)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory) -> Path:
+    """An uninterrupted federation of two agents (_two_sites): its directory."""
+    tmp_path = tmp_path_factory.mktemp("masked")
+    codes = _run_federation(tmp_path, _two_sites(tmp_path))
     assert set(codes.values()) == {0}, codes
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_average(masked: Path) -> None:
+    """Two rounds; round 1's global model is checked against the sites' checkpoints, and what the
+    coordinator and the exchange hold is walked."""
+    tmp_path = masked
+    keys = ("site-a", "site-b")
     fed = tmp_path / "fed"
     averaged = json.loads((fed / "round-001" / "averaged.json").read_text())
     weights = averaged["weights"]
@@ -169,6 +183,46 @@ def test_two_agents_mask_their_changes_and_the_coordinator_publishes_their_avera
     assert [r["sent_bytes"] for r in table["rows"]] == [averaged["sent_bytes"][s] for s in ("site-a", "site-b")] * 2
     moved = _model(fed / "round-002" / "global")
     assert max(float(np.abs(moved[n] - now[n]).max()) for n in now) > 0
+
+
+@pytest.mark.slow
+def test_a_secure_round_killed_at_its_phases_resumes_to_the_same_global_models(masked: Path, tmp_path: Path) -> None:
+    """The same federation, its coordinator killed (SIGKILL) once it has put round 1's scales' sum on the
+    exchange and site-a's agent once it has put its masked scales, each started again: every global
+    model is the uninterrupted federation's, tensor for tensor (the decoded sum is the integers' sum,
+    whichever masks the sites' other keys made)."""
+    keys = _two_sites(tmp_path)
+    exchange = str(tmp_path / "exchange")
+
+    def start(name: str, *args: str, **env: str) -> subprocess.Popen:
+        out = (tmp_path / f"{name}.log").open("a")
+        return subprocess.Popen([sys.executable, "-m", "supertune", "federate", *args], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path, env=dict(os.environ, **env),
+                                start_new_session=True)  # fmt: skip
+
+    def agent(name: str, **env: str) -> subprocess.Popen:
+        return start(
+            name, "--site", name, exchange, "--dir", str(tmp_path / name), "--key", str(tmp_path / f"{name}.key"), **env
+        )
+
+    coordinator_args = (str(tmp_path / "federation.yaml"), "--dir", str(tmp_path / "fed"))
+    procs = [start("coordinator", *coordinator_args, SUPERTUNE_FAULT="secure.summed@1"),
+             agent("site-a", SUPERTUNE_FAULT="secure.scales@1"), agent("site-b")]  # fmt: skip
+    try:
+        assert procs[0].wait(timeout=900) == -9, (tmp_path / "coordinator.log").read_text()[-3000:]
+        assert procs[1].wait(timeout=900) == -9, (tmp_path / "site-a.log").read_text()[-3000:]
+        procs += [start("coordinator", *coordinator_args), agent("site-a")]
+        for proc, log in zip(procs[2:], ("site-b", "coordinator", "site-a")):
+            assert proc.wait(timeout=900) == 0, (tmp_path / f"{log}.log").read_text()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert sorted(keys) == ["site-a", "site-b"]
+    for number in (1, 2):
+        ours = _model(tmp_path / "fed" / f"round-{number:03d}" / "global")
+        theirs = _model(masked / "fed" / f"round-{number:03d}" / "global")
+        assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k]) for k in ours), number
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ not yet renamed into place). A transfer package (supertune.transfer): transfer.t
 its stored tensors written into the staging directory). Evaluation: evaluate.batch (that many batches
 of an exact eval loss computed: a run's final eval, a global model's on a site). A federation's
 coordinator: federation.left_out (that many sites' left_out receipts of a round written). A site
-agent with secure aggregation: secure.scales (at that round, its masked scales put on the exchange).
+agent with secure aggregation: secure.scales (at that round, its masked scales put on the exchange);
+its coordinator: secure.summed (at that round, the scales' sum put on the exchange).
 
 With `SUPERTUNE_FAULT_ONCE=<path>` the kill happens only if <path> does not exist yet (it is created
 just before), so that processes restarted by torchrun with the same environment run through.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ....checkpoints.faults import fault_point
 from ....errors import UserError
 from ....exchange import Exchange
 from ....file_table import file_table
@@ -112,6 +113,7 @@ def sum_scales(
                                                                 "fractions": fractions, "files": files})  # fmt: skip
     log.info("round %d attempt %d: summed the masked scales of %s; weights %s", number, attempt, ", ".join(sites),
              ", ".join(f"{s} {f:.4f}" for s, f in fractions.items()))  # fmt: skip
+    fault_point("secure.summed", number, 0)
 
 
 def secure_average(fed: FederationConfig, work: RoundWork, sent: dict[str, Path], exchange: Exchange) -> None:
