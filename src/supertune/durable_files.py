@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync_file", "fsync_dir", "fsync_tree", "write_synced"]
+__all__ = ["fsync_file", "fsync_dir", "fsync_tree", "write_synced", "replace_synced"]
 
 
 def fsync_file(path: Path) -> None:
@@ -43,3 +43,14 @@ def write_synced(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def replace_synced(path: Path, data: bytes) -> None:
+    """Publish `data` as `path` whole: written to a temporary file beside it, fsynced, then renamed over
+    it, so a reader sees the old file or the new one, never half of one (fsync the directory after)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -31,6 +31,7 @@ from ..state.layout import FederationDir
 from ..state.receipts import read_arrival, read_published, write_arrival, write_published
 from ..state.records import Arrival, PublishedVersion, TrainedReceipt
 from .phases import server_step
+from .site_weight import site_count
 
 __all__ = ["VersionBuffer"]
 
@@ -109,16 +110,11 @@ class VersionBuffer:
 
     def _count(self, trained: TrainedReceipt) -> float:
         """What a change counts before its staleness: the site's fixed weight, or aggregation.weights."""
-        fixed = {s.name: s.weight for s in self.fed.sites}.get(trained.site)
-        if fixed is not None:
-            return float(fixed)
-        mode = self.fed.aggregation.weights
-        if mode == "uniform":
-            return 1.0
-        count = trained.tokens if mode == "tokens" else trained.samples
+        count = site_count(self.fed, trained.site, trained.tokens, trained.samples)
         if count is None:
+            mode = self.fed.aggregation.weights
             raise UserError(f"{trained.site}: its run counts no {mode}; set aggregation.weights: uniform")
-        return float(count)
+        return count
 
     def _pack(self, trained: TrainedReceipt, task: int, base_version: int, sent: Path) -> None:
         """The site's change from its starting version, as a transfer package in the weights' own dtype (made once)."""

@@ -22,9 +22,15 @@ from ..state.receipts import read_receipt, write_left_out
 from ..state.records import LeftOut
 from .loop import RoundWork
 
-__all__ = ["leave_out_failed_sites", "skip_sites"]
+__all__ = ["leave_out_failed_sites", "sites_needed", "skip_sites"]
 
 log = logging.getLogger("supertune")
+
+
+def sites_needed(fed: FederationConfig, work: RoundWork) -> int:
+    """The sites a round's average needs: aggregation.min_sites, or every site training in it when empty."""
+    quorum = fed.aggregation.min_sites
+    return quorum if quorum is not None else len(work.trained)
 
 
 def leave_out_failed_sites(
@@ -42,7 +48,7 @@ def leave_out_failed_sites(
     said = "; ".join(f"{name}: {reason} ({attempts} attempt{'s' if attempts != 1 else ''})"
                      for name, (reason, attempts) in failed.items())  # fmt: skip
     directory = work.averaged.parent.parent
-    needed = quorum if quorum is not None else len(work.trained)
+    needed = sites_needed(fed, work)
     if len(finished) < needed:
         wanted = f"aggregation.min_sites={quorum}" if quorum is not None else "every site (aggregation.min_sites empty)"
         when = f" by its deadline (round_deadline {deadline})" if deadline else ""

@@ -16,9 +16,8 @@ import hashlib
 import os
 import secrets
 
-from ...errors import UserError
 from .layout import FederationDir
-from .private_files import check_private_file
+from .private_files import read_private_file
 
 __all__ = ["site_noise_key", "KEY_BYTES"]
 
@@ -53,15 +52,10 @@ def _site_secret(root: FederationDir, site: str) -> bytes:
         finally:
             tmp.unlink()
     # whoever owns it can read it, and may have written it: a key this process did not make is no secret
-    check_private_file(
+    return read_private_file(
         path,
         "privacy: the site's noise key",
         "make the packages as its owner, or delete it for a new key (later packages get other noise)",
+        KEY_BYTES,
+        "it is damaged. Deleting it makes a new one (later packages get other noise)",
     )
-    data = path.read_bytes()
-    if len(data) != KEY_BYTES:
-        raise UserError(
-            f"privacy: the site's noise key {path} is not {KEY_BYTES} bytes; it is damaged. Deleting it makes a new "
-            "one (later packages get other noise)"
-        )
-    return data

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...errors import UserError
 
-__all__ = ["check_private_file", "write_private_file"]
+__all__ = ["check_private_file", "read_private_file", "write_private_file"]
 
 
 def check_private_file(path: Path, what: str, foreign_fix: str) -> None:
@@ -24,6 +24,16 @@ def check_private_file(path: Path, what: str, foreign_fix: str) -> None:
         raise UserError(f"{what} {path} belongs to user {st.st_uid}, not to this one ({os.getuid()}); {foreign_fix}")
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise UserError(f"{what} {path} is readable by others; chmod 600 {path}")
+
+
+def read_private_file(path: Path, what: str, foreign_fix: str, size: int, damaged_fix: str) -> bytes:
+    """The `size` bytes of the secret in `path`, after check_private_file; a file of another size is
+    refused in one line (`damaged_fix` says what to do)."""
+    check_private_file(path, what, foreign_fix)
+    data = path.read_bytes()
+    if len(data) != size:
+        raise UserError(f"{what} {path} is {len(data)} bytes, not {size}; {damaged_fix}")
+    return data
 
 
 def write_private_file(path: Path, data: bytes, what: str) -> None:

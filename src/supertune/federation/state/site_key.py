@@ -15,7 +15,7 @@ from pathlib import Path
 from ...errors import UserError
 from ...transfer.secure_masks import new_private_key, public_key_text
 from ..config.schema import FederationConfig, SiteConfig
-from .private_files import check_private_file, write_private_file
+from .private_files import read_private_file, write_private_file
 
 __all__ = ["make_site_key", "read_site_key", "agent_key"]
 
@@ -35,16 +35,13 @@ def read_site_key(path: Path) -> bytes:
         raise UserError(
             f"--key: {path} is not a file; make the site's key with supertune federate --site NAME EXCHANGE --new-key {path}"
         )
-    check_private_file(
-        path, "--key: the site's private key", "run the agent as its owner, or make a key of your own (--new-key)"
+    return read_private_file(
+        path,
+        "--key: the site's private key",
+        "run the agent as its owner, or make a key of your own (--new-key)",
+        _KEY_BYTES,
+        "it is damaged, or another kind of key than --new-key makes",
     )
-    data = path.read_bytes()
-    if len(data) != _KEY_BYTES:
-        raise UserError(
-            f"--key: {path} is {len(data)} bytes, not the {_KEY_BYTES} of a key --new-key made; it is damaged or "
-            "another kind of key"
-        )
-    return data
 
 
 def agent_key(fed: FederationConfig, site: SiteConfig, path: str | None) -> bytes | None:

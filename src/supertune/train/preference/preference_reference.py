@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from ...training_data.preference_data import PreferenceRows
-from .preference_losses import sequence_logps
 from .preference_reference_store import StoredReference, wanted_record
+from .preference_scoring import batch_logps
 
 __all__ = ["attach_reference", "reference_logps", "scored_batches"]
 
@@ -100,5 +100,4 @@ def scored_batches(
 
 
 def _scored(model: Any, batch: dict[str, Any], prefix: str) -> np.ndarray:
-    logits = model(input_ids=batch[f"{prefix}input_ids"], attention_mask=batch[f"{prefix}attention_mask"]).logits
-    return sequence_logps(logits, batch[f"{prefix}labels"])[0].double().cpu().numpy()
+    return batch_logps(model, batch, prefix)[0].double().cpu().numpy()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ...durable_files import fsync_dir
+from ...durable_files import fsync_dir, replace_synced
 from ...training_data.preference_data import PreferenceRows
 
 __all__ = ["ReferenceRecord", "StoredReference", "model_digest", "rows_digest", "wanted_record"]
@@ -119,8 +118,8 @@ class StoredReference:
         raw = save({f"split{i}": np.ascontiguousarray(a, dtype=np.float64) for i, a in enumerate(arrays)})
         self.directory.mkdir(parents=True, exist_ok=True)
         record = ReferenceRecord(**{**asdict(wanted), "values_sha256": hashlib.sha256(raw).hexdigest()})
-        _write_durable(self.directory / VALUES_FILE, raw)
-        _write_durable(self.directory / RECORD_FILE, (json.dumps(asdict(record), indent=2) + "\n").encode())
+        replace_synced(self.directory / VALUES_FILE, raw)
+        replace_synced(self.directory / RECORD_FILE, (json.dumps(asdict(record), indent=2) + "\n").encode())
         fsync_dir(self.directory)
 
     def _not_used(self, why: str) -> None:
@@ -172,15 +171,6 @@ def _arrays(raw: bytes, wanted: ReferenceRecord) -> list[np.ndarray] | None:
     if any(a is None or a.shape != (split["rows"], 2) for a, split in zip(arrays, wanted.rows)):
         return None
     return [np.asarray(a, dtype=np.float64) for a in arrays]
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _rows_text(split: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ from ...rounds.attempts import cut_reason, reason_of
 from ...rounds.deadline import forget_start, round_start
 from ...rounds.loop import RoundWork, SiteWork
 from ...rounds.phases import average_phase
+from ...rounds.quorum import sites_needed
 from ...state.layout import FederationDir
 from ...state.receipts import attempts_from, read_receipt, write_attempts, write_receipt, write_trained
 from ...state.records import TrainedReceipt
@@ -230,8 +231,7 @@ class AgentsExecutor:
             for name, (reason, tries) in failed.items():
                 policy.fail(works[name], reason, tries)
             sites = tuple(s for s in sites if s not in failed)
-            quorum = self.fed.aggregation.min_sites
-            needed = max(2, quorum if quorum is not None else len(work.trained))  # as quorum.py counts it
+            needed = max(2, sites_needed(self.fed, work))  # a secure sum of one site would be its change
             if len(sites) < needed:
                 # below the quorum: the next start of the round masks under a new attempt's keys
                 self.exchange.put_json(names.secure_set(number), {"round": number, "attempt": attempt + 1, "sites": []})

@@ -31,6 +31,7 @@ from ....weight_files.shard_writer import PlannedTensor, ShardWriter
 from ...config.schema import FederationConfig
 from ...rounds.loop import RoundWork
 from ...rounds.phases import server_step
+from ...rounds.site_weight import site_count
 from ...state.receipts import write_receipt
 from . import exchange_layout as names
 from .secure_round import (
@@ -52,21 +53,15 @@ log = logging.getLogger("supertune")
 def weight_fractions(fed: FederationConfig, counts: dict[str, dict]) -> dict[str, float]:
     """Each site's weight over the round's sum, as average_round weighs them: a fixed sites[].weight, else
     aggregation.weights (tokens, samples or uniform) of the counts the sites posted with their scales."""
-    fixed = {s.name: s.weight for s in fed.sites}
-    mode = fed.aggregation.weights
     raw = {}
     for site, c in counts.items():
-        if fixed.get(site) is not None:
-            raw[site] = float(fixed[site] or 0.0)
-        elif mode == "uniform":
-            raw[site] = 1.0
-        else:
-            value = c.get(mode)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise UserError(
-                    f"site {site}: its scales record on the exchange has no count of {mode} ({value!r}); nothing is averaged"
-                )
-            raw[site] = float(value)
+        value = site_count(fed, site, c.get("tokens"), c.get("samples"))
+        if value is None:
+            mode = fed.aggregation.weights
+            raise UserError(
+                f"site {site}: its scales record on the exchange has no count of {mode} ({c.get(mode)!r}); nothing is averaged"
+            )
+        raw[site] = value
     total = sum(raw.values())
     if total <= 0:
         raise UserError(f"aggregation.weights: every site's weight is zero ({raw}); nothing is averaged")
